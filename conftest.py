@@ -1,0 +1,64 @@
+"""pytest configuration: markers, the CI skip policy, and process hygiene."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness.launch import SESSION_ID, SESSION_TAG, kill_tagged
+
+MARKERS = {
+    "multigpu(n)": "needs at least n CUDA GPUs (run with `make test-gpu` in a GPU allocation)",
+    "slurm": "submits job scripts to the local Slurm cluster (tools/local-slurm)",
+    "mpi": "launches with OpenMPI's mpirun",
+    "extras": "needs the heavy extra packages (`make test-extras`)",
+}
+
+#: In CI every test must run: a skip is a failure, except for want of GPUs.
+REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
+
+
+def pytest_configure(config):
+    os.environ[SESSION_TAG] = SESSION_ID
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def gpu_count() -> int:
+    """CUDA GPUs visible, asked of a subprocess so that pytest never initialises CUDA."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                           capture_output=True, text=True, timeout=120)
+    return int(probe.stdout.strip() or 0)
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("multigpu")]
+    if not gpu_items:
+        return
+    have = gpu_count()
+    for item in gpu_items:
+        need = item.get_closest_marker("multigpu").args[0]
+        if have < need:
+            item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPUs, this machine has {have}"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE_ALL and report.skipped and not item.get_closest_marker("multigpu"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"REQUIRE_ALL=1 forbids skipping this test: {reason}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    leftovers = kill_tagged(SESSION_TAG, SESSION_ID)
+    if leftovers:
+        session.config.get_terminal_writer().line(
+            f"ERROR: processes left behind by the tests were killed: {leftovers}", red=True)
+        session.exitstatus = 1

@@ -1,0 +1,87 @@
+"""Show snippets on pages, offer them for download, and refuse snippets no page uses.
+
+``snippet`` literal-includes a file from ``snippets/`` (path relative to that
+folder), captions it with its name and adds a download link under it.
+``snippet-output`` shows a captured ``.out`` file. After reading, every file in
+``snippets/`` must have been included by some page (and, unless it is captured
+output, offered for download); Sphinx's own records of included and
+downloadable files are the evidence, so a file nobody uses is a build warning,
+and with ``-W`` an error.
+"""
+
+from pathlib import Path
+
+from docutils import nodes
+from sphinx import addnodes
+from sphinx.directives.code import LiteralInclude
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+LANGUAGES = {".py": "python", ".sh": "bash", ".sbatch": "bash", ".json": "json",
+             ".yaml": "yaml", ".yml": "yaml", ".out": "text", ".txt": "text"}
+
+
+def snippets_dir(env) -> Path:
+    return (Path(env.srcdir) / env.config.snippets_dir).resolve()
+
+
+def _target(env, path: str) -> str:
+    """The path as Sphinx expects it: leading slash means relative to the source folder."""
+    return "/" + str(Path(env.config.snippets_dir) / path)
+
+
+class Snippet(LiteralInclude):
+    """Include a snippet with its file name as caption and a download link."""
+
+    download = True
+
+    def run(self):
+        env = self.state.document.settings.env
+        path = self.arguments[0]
+        self.arguments[0] = _target(env, path)
+        self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
+        self.options.setdefault("caption", Path(path).name)
+        result = super().run()
+        if self.download:
+            name = Path(path).name
+            ref = addnodes.download_reference(
+                "", "", nodes.literal(name, f"Download {name}"),
+                refdoc=env.docname, reftarget=self.arguments[0], refexplicit=True,
+                reftype="download", refdomain="")
+            result.append(nodes.paragraph("", "", ref, classes=["snippet-download"]))
+        return result
+
+
+class SnippetOutput(Snippet):
+    """Include the output captured from a real run of a snippet."""
+
+    download = False
+
+    def run(self):
+        self.options.setdefault("caption", f"Output of a run ({Path(self.arguments[0]).name})")
+        return super().run()
+
+
+def check_coverage(app, env):
+    root = snippets_dir(env)
+    src = Path(env.srcdir)
+    included = {(src / dep).resolve() for deps in env.dependencies.values() for dep in deps}
+    downloadable = {(src / name).resolve() for name in env.dlfiles}
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts or path.name.startswith("."):
+            continue
+        rel = path.relative_to(root.parent)
+        if path not in included:
+            logger.warning("%s is not shown on any page", rel, type="snippets", subtype="unused")
+        elif path.suffix != ".out" and path not in downloadable:
+            logger.warning("%s is not offered for download on any page", rel,
+                           type="snippets", subtype="unused")
+
+
+def setup(app):
+    app.add_config_value("snippets_dir", "../snippets", "env")
+    app.add_directive("snippet", Snippet)
+    app.add_directive("snippet-output", SnippetOutput)
+    app.connect("env-check-consistency", check_coverage)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,65 @@
+"""Sphinx configuration for the guide."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+
+project = "Distributed PyTorch on HPC clusters"
+author = "The guide's authors"
+copyright = "2026, the guide's authors"
+language = "en"
+
+extensions = [
+    "myst_parser",
+    "sphinx_design",
+    "sphinx_copybutton",
+    "sphinx_togglebutton",
+    "sphinx_exercise",
+    "sphinx.ext.extlinks",
+    "lesson",
+    "snippets",
+]
+
+try:  # the spell checker needs the enchant C library (Debian: libenchant-2-2)
+    import enchant  # noqa: F401
+except ImportError:
+    pass
+else:
+    extensions.append("sphinxcontrib.spelling")
+    spelling_lang = "en_GB"
+    spelling_word_list_filename = "wordlist.txt"
+    spelling_show_suggestions = True
+    spelling_warning = True
+    spelling_ignore_pypi_package_names = False
+    spelling_ignore_contributor_names = False
+
+nitpicky = True
+exclude_patterns = ["_build", "README.md"]
+myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline"]
+myst_heading_anchors = 3
+
+# API links work offline: they are plain links with a fixed pattern.
+extlinks = {
+    "torchapi": ("https://docs.pytorch.org/docs/stable/generated/%s.html", "%s"),
+    "pytorch": ("https://docs.pytorch.org/docs/stable/%s", "%s"),
+}
+extlinks_detect_hardcoded_links = True
+
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
+
+html_theme = "sphinx_book_theme"
+html_title = "Distributed PyTorch on HPC clusters"
+html_static_path = ["_static"]
+html_css_files = ["lesson.css"]
+html_theme_options = {
+    "navbar_persistent": [],
+    "show_toc_level": 2,
+    "use_download_button": False,
+    "home_page_in_toc": True,
+}
+html_last_updated_fmt = None
+
+linkcheck_ignore = [r"https?://.*"]  # the build machine is offline: check internal links only

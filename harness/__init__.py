@@ -1,0 +1,1 @@
+"""Test harness: launch snippets, compare their output with what the pages show."""

@@ -1,0 +1,338 @@
+"""Start a snippet under a launcher, the way a reader would, and report what happened.
+
+Every test starts its processes through :func:`run`. A launcher turns a snippet
+into the list of processes a reader's command would start (``python``,
+``torchrun``, two ``torchrun`` agents, a hand-set environment, ``mpirun``,
+``srun``...). Each run gets a free port, ``OMP_NUM_THREADS=1``, its own working
+directory, and a hard time limit; when it ends, every process it started, and
+every process those started, is killed. A run fails loudly when a process
+failed, timed out, printed nothing, or when a rank never joined its process
+group, and the failure message holds the tail of every process's output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+SNIPPETS = ROOT / "snippets"
+SITE_DIR = Path(__file__).resolve().parent / "site"
+BIN = Path(sys.executable).parent
+
+#: Tag put in the environment of everything the test session starts, so
+#: that leftovers can be found in /proc and killed.
+SESSION_TAG = "SNIPPET_HARNESS_SESSION"
+RUN_TAG = "SNIPPET_HARNESS_RUN"
+SESSION_ID = os.environ.get(SESSION_TAG) or uuid.uuid4().hex
+
+DEFAULT_TIMEOUT = float(os.environ.get("SNIPPET_TIMEOUT", "120"))
+#: After one process fails, how long the others get to finish on their own.
+FAILURE_GRACE = 10.0
+TAIL_LINES = 25
+
+
+@dataclass
+class Proc:
+    """One process a launcher starts: a name for reports, argv, extra environment."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Launch:
+    """What a launcher needs to know about the run it builds."""
+
+    script: Path
+    args: list[str]
+    nproc: int
+    nnodes: int
+    port: int
+    workdir: Path
+    options: dict
+
+
+@dataclass
+class Output:
+    name: str
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class Result:
+    script: Path
+    launcher: str
+    returncode: int
+    timed_out: bool
+    seconds: float
+    outputs: list[Output]
+    ranks_started: set[int]
+    workdir: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def stdout(self) -> str:
+        """Standard output of the first process (rank 0, or the first agent)."""
+        return self.outputs[0].stdout
+
+    @property
+    def text(self) -> str:
+        """Everything every process printed, stdout and stderr."""
+        return "\n".join(o.stdout + o.stderr for o in self.outputs)
+
+    def report(self) -> str:
+        state = "timed out" if self.timed_out else f"exit code {self.returncode}"
+        lines = [
+            f"{self.launcher} {self.script.relative_to(ROOT)}: {state} "
+            f"after {self.seconds:.1f} s; ranks started: {sorted(self.ranks_started)}"
+        ]
+        for o in self.outputs:
+            for stream in ("stdout", "stderr"):
+                tail = getattr(o, stream).splitlines()[-TAIL_LINES:]
+                lines.append(f"--- {o.name} {stream} (exit {o.returncode}), last {len(tail)} lines ---")
+                lines.extend(tail)
+        return "\n".join(lines)
+
+
+LAUNCHERS: dict[str, Callable[[Launch], list[Proc]]] = {}
+
+
+def launcher(name: str):
+    """Register a function that turns a :class:`Launch` into processes."""
+
+    def register(build: Callable[[Launch], list[Proc]]):
+        LAUNCHERS[name] = build
+        return build
+
+    return register
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def snippet(path: str | Path) -> Path:
+    """Absolute path of a snippet given relative to ``snippets/``."""
+    full = (SNIPPETS / path).resolve()
+    if not full.is_file():
+        raise FileNotFoundError(f"no snippet {full}")
+    return full
+
+
+@launcher("python")
+def _python(l: Launch) -> list[Proc]:
+    """``python script.py``: one process; an ``mp.spawn`` script starts its own ranks."""
+    return [Proc("python", [sys.executable, str(l.script), *l.args],
+                 {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(l.port)})]
+
+
+@launcher("torchrun")
+def _torchrun(l: Launch) -> list[Proc]:
+    """``torchrun --standalone --nproc_per_node=N script.py`` on one node."""
+    return [Proc("torchrun", [str(BIN / "torchrun"), "--standalone",
+                              f"--nproc_per_node={l.nproc}", str(l.script), *l.args])]
+
+
+@launcher("torchrun-static")
+def _torchrun_static(l: Launch) -> list[Proc]:
+    """One torchrun agent per node, rank 0's node given by --master_addr/--master_port."""
+    return [
+        Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}", f"--node_rank={i}",
+                          f"--nproc_per_node={l.nproc}", "--master_addr=127.0.0.1",
+                          f"--master_port={l.port}", str(l.script), *l.args])
+        for i in range(l.nnodes)
+    ]
+
+
+@launcher("torchrun-c10d")
+def _torchrun_c10d(l: Launch) -> list[Proc]:
+    """One torchrun agent per node meeting at a c10d rendezvous endpoint."""
+    return [
+        Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}",
+                          f"--nproc_per_node={l.nproc}", "--rdzv_backend=c10d",
+                          f"--rdzv_endpoint=127.0.0.1:{l.port}", f"--rdzv_id={l.port}",
+                          str(l.script), *l.args])
+        for i in range(l.nnodes)
+    ]
+
+
+@launcher("env")
+def _env(l: Launch) -> list[Proc]:
+    """One process per rank with the variables srun or mpirun would lead a job script to set."""
+    world = l.nproc * l.nnodes
+    procs = []
+    for rank in range(world):
+        procs.append(Proc(f"rank{rank}", [sys.executable, str(l.script), *l.args], {
+            "RANK": str(rank), "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank % l.nproc), "LOCAL_WORLD_SIZE": str(l.nproc),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(l.port),
+        }))
+    return procs
+
+
+def _expected_ranks(name: str, nproc: int, nnodes: int) -> int | None:
+    if name == "python":
+        return None  # a plain script may start no ranks, or spawn its own
+    return nproc if name == "torchrun" else nproc * nnodes
+
+
+def run(
+    script: str | Path,
+    *args: str,
+    launcher: str = "python",
+    nproc: int = 1,
+    nnodes: int = 1,
+    world_size: int | None = None,
+    env: dict[str, str] | None = None,
+    workdir: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+    **options,
+) -> Result:
+    """Run a snippet (path relative to ``snippets/``) and return its :class:`Result`.
+
+    ``world_size`` is the number of ranks that must join a process group; it
+    defaults to ``nproc * nnodes`` for the distributed launchers. With
+    ``check=True`` (the default) a run that failed, timed out, printed nothing
+    or lost a rank raises AssertionError with every process's output tail.
+    """
+    path = snippet(script) if not Path(script).is_absolute() else Path(script)
+    if workdir is None:
+        workdir = Path(tempfile.mkdtemp(prefix="snippet-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="logs-", dir=workdir))
+    ranks_dir = logs / "ranks"
+    ranks_dir.mkdir()
+    spec = Launch(path, [str(a) for a in args], nproc, nnodes, free_port(), workdir, options)
+    procs = LAUNCHERS[launcher](spec)
+    if world_size is None:
+        world_size = _expected_ranks(launcher, nproc, nnodes)
+
+    run_id = uuid.uuid4().hex
+    base_env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE_DIR), os.environ.get("PYTHONPATH")])),
+        "SNIPPET_HARNESS_RANKS_DIR": str(ranks_dir),
+        SESSION_TAG: SESSION_ID,
+        RUN_TAG: run_id,
+        **(env or {}),
+    }
+    started = time.monotonic()
+    popens = []
+    files = []
+    try:
+        for i, p in enumerate(procs):
+            out = open(logs / f"{i}.out", "w+b")
+            err = open(logs / f"{i}.err", "w+b")
+            files.append((out, err))
+            popens.append(subprocess.Popen(
+                p.argv, cwd=workdir, env={**base_env, **p.env}, stdout=out, stderr=err,
+                stdin=subprocess.DEVNULL, start_new_session=True))
+        timed_out = _wait(popens, started + timeout)
+    finally:
+        for p in popens:
+            _kill_group(p)
+        kill_tagged(RUN_TAG, run_id)
+    seconds = time.monotonic() - started
+
+    outputs = []
+    for p, proc, (out, err) in zip(popens, procs, files):
+        out.seek(0)
+        err.seek(0)
+        outputs.append(Output(proc.name, p.returncode, out.read().decode(errors="replace"),
+                              err.read().decode(errors="replace")))
+        out.close()
+        err.close()
+    codes = [p.returncode for p in popens]
+    returncode = next((c for c in codes if c), 0)
+    ranks = {int(f.name) for f in ranks_dir.iterdir()}
+    result = Result(path, launcher, returncode, timed_out, seconds, outputs, ranks, workdir)
+    if check:
+        problems = []
+        if not result.ok:
+            problems.append("the run failed")
+        if not any(o.stdout.strip() for o in outputs):
+            problems.append("it printed nothing on stdout")
+        if world_size is not None and ranks != set(range(world_size)):
+            problems.append(f"ranks {sorted(set(range(world_size)) - ranks)} never joined "
+                            f"the process group (expected {world_size})")
+        if problems:
+            raise AssertionError("; ".join(problems) + "\n" + result.report())
+    return result
+
+
+def _wait(popens: list[subprocess.Popen], deadline: float) -> bool:
+    """Wait for every process; stop the rest soon after one fails. True on timeout."""
+    failed_at = None
+    while True:
+        codes = [p.poll() for p in popens]
+        if all(c is not None for c in codes):
+            return False
+        now = time.monotonic()
+        if failed_at is None and any(c for c in codes):
+            failed_at = now
+        if now > deadline:
+            return True
+        if failed_at is not None and now - failed_at > FAILURE_GRACE:
+            return False
+        time.sleep(0.05)
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    """SIGTERM the process group, give it 3 s, then SIGKILL whatever is left of it."""
+    for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, None)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def tagged_pids(tag: str, value: str) -> list[int]:
+    """PIDs of processes whose environment holds ``tag=value``."""
+    needle = f"{tag}={value}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_tagged(tag: str, value: str) -> list[int]:
+    """Kill every process carrying ``tag=value``; return the PIDs that were still there."""
+    pids = tagged_pids(tag, value)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids

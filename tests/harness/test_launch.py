@@ -1,0 +1,46 @@
+"""The harness catches what a test must never let through."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.launch import SESSION_ID, SESSION_TAG, run, tagged_pids
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def test_a_hang_is_killed_at_the_timeout_with_everything_it_started(tmp_path):
+    started = time.monotonic()
+    result = run(SCRIPTS / "hangs.py", timeout=5, check=False, workdir=tmp_path)
+    assert result.timed_out and not result.ok
+    assert time.monotonic() - started < 15
+    assert "now hanging" in result.stdout
+    assert not tagged_pids(SESSION_TAG, SESSION_ID), "the child in its own session survived"
+
+
+def test_a_failing_rank_stops_the_run_and_its_traceback_is_reported():
+    with pytest.raises(AssertionError) as failure:
+        run(SCRIPTS / "rank1_fails.py", launcher="env", nproc=2, timeout=60)
+    message = str(failure.value)
+    assert "the run failed" in message
+    assert "rank1 stderr" in message and "rank 1 gives up here" in message
+    assert "rank 0 waits for rank 1 forever" in message
+
+
+def test_a_run_that_prints_nothing_fails():
+    with pytest.raises(AssertionError, match="printed nothing"):
+        run(SCRIPTS / "silent.py", launcher="env", nproc=2)
+
+
+def test_ranks_that_never_join_a_process_group_fail_the_run():
+    with pytest.raises(AssertionError, match=r"ranks \[0, 1\] never joined"):
+        run(SCRIPTS / "no_process_group.py", launcher="env", nproc=2)
+
+
+@pytest.mark.parametrize("launcher, nproc, nnodes", [
+    ("torchrun", 2, 1), ("torchrun-static", 1, 2), ("torchrun-c10d", 1, 2), ("env", 2, 1)])
+def test_every_launcher_starts_every_rank(launcher, nproc, nnodes):
+    result = run(SCRIPTS / "silent.py", launcher=launcher, nproc=nproc, nnodes=nnodes, check=False)
+    assert result.ok, result.report()
+    assert result.ranks_started == {0, 1}
