@@ -29,7 +29,7 @@ else:
     extensions.append("sphinxcontrib.spelling")
     spelling_lang = "en_GB"
     spelling_word_list_filename = "wordlist.txt"
-    spelling_show_suggestions = True
+    spelling_show_suggestions = False
     spelling_warning = True
     spelling_ignore_pypi_package_names = False
     spelling_ignore_contributor_names = False

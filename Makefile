@@ -1,0 +1,56 @@
+# Everything runs in .venv, created from requirements.txt when missing or stale.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SPHINX := $(BIN)/sphinx-build
+SPHINXOPTS ?= -W --keep-going -n
+DOCS := docs
+BUILD := $(DOCS)/_build
+PYTEST_ARGS ?=
+
+.PHONY: help html livehtml spelling linkcheck test test-gpu test-extras outputs bench clean
+
+help:
+	@echo "make html       build the site into $(BUILD)/html"
+	@echo "make test       run every test this machine can run"
+	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation)"
+	@echo "make outputs    rerun the snippets and recapture the output the pages show"
+	@echo "make spelling   spell-check the pages (en_GB)"
+	@echo "make linkcheck  check internal links"
+	@echo "make livehtml   rebuild and reload the site while you edit"
+	@echo "make bench      measure build and test times"
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+html: $(STAMP)
+	$(SPHINX) $(SPHINXOPTS) -b html $(DOCS) $(BUILD)/html
+	@echo "The site is in $(BUILD)/html/index.html"
+
+livehtml: $(STAMP)
+	$(BIN)/sphinx-autobuild $(SPHINXOPTS) $(DOCS) $(BUILD)/html
+
+spelling: $(STAMP)
+	$(BIN)/python -c "import enchant" 2>/dev/null || { echo "spelling needs the enchant library (Debian: apt-get install libenchant-2-2 hunspell-en-gb)"; exit 1; }
+	$(SPHINX) $(SPHINXOPTS) -b spelling $(DOCS) $(BUILD)/spelling
+
+linkcheck: $(STAMP)
+	$(SPHINX) $(SPHINXOPTS) -b linkcheck $(DOCS) $(BUILD)/linkcheck
+
+test: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	$(BIN)/pytest -m multigpu $(PYTEST_ARGS)
+
+outputs: $(STAMP)
+	UPDATE_OUTPUTS=1 $(BIN)/pytest -m "not multigpu" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python tools/bench.py $(ARGS)
+
+clean:
+	rm -rf $(BUILD)
