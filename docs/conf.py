@@ -30,7 +30,7 @@ else:
     spelling_lang = "en_GB"
     # One word list for the whole site, plus one per chapter (docs/<chapter>/wordlist*.txt).
     spelling_word_list_filename = ["wordlist.txt", *sorted(
-        str(p.relative_to(Path(__file__).parent)) for p in Path(__file__).parent.glob("*/wordlist.txt"))]
+        str(p.relative_to(Path(__file__).parent)) for p in Path(__file__).parent.glob("*/wordlist*.txt"))]
     spelling_show_suggestions = False
     spelling_warning = True
     spelling_ignore_pypi_package_names = False
