@@ -31,3 +31,10 @@ def test_every_captured_output_belongs_to_a_snippet():
         if not any(p.stem == stem and p.suffix != ".out" for p in out.parent.iterdir()):
             orphans.append(str(out.relative_to(ROOT)))
     assert not orphans, orphans
+
+
+def test_snippet_lines_fit_the_page():
+    """Lines of at most 88 characters show without scrolling sideways."""
+    long = [f"{p.relative_to(ROOT)}:{n}" for p in snippet_files()
+            for n, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 88]
+    assert not long, long

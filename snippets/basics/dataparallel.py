@@ -13,7 +13,7 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.layers = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
-        self.seen = []  # (device, rows) of every chunk of the batch this replica received
+        self.seen = []  # (device, rows) of every chunk of a batch a replica received
 
     def forward(self, x):
         self.seen.append((str(x.device), x.shape[0]))
@@ -50,7 +50,8 @@ def main():
     x, y = make_data(device)
     losses = train(model, x, y)
     first_batch = sorted(net.seen[: max(1, len(model.device_ids))])
-    print("first batch of 256 rows was split into:", ", ".join(f"{n} rows on {d}" for d, n in first_batch))
+    chunks = ", ".join(f"{rows} rows on {device}" for device, rows in first_batch)
+    print("first batch of 256 rows was split into:", chunks)
     for step, loss in enumerate(losses):
         print(f"step {step}: loss {loss:.4f}")
 

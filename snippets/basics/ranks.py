@@ -18,7 +18,7 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])  # 0 .. processes per node - 1
     local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this node
     if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)  # one GPU per process, chosen by local rank
+        device = torch.device("cuda", local_rank)  # one GPU per process, by local rank
         torch.cuda.set_device(device)
         backend = "nccl"
     else:
@@ -31,10 +31,12 @@ def main():
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, me)  # every rank sends its row to every rank
         if rank == 0:  # only one process prints
-            print(f"world size {dist.get_world_size()}, {local_world_size} processes per node")
+            world_size = dist.get_world_size()
+            print(f"world size {world_size}, {local_world_size} processes per node")
             print(f"{'rank':>4}  {'node':>4}  {'local rank':>10}  device")
             for row in everyone:
-                print(f"{row['rank']:>4}  {row['node']:>4}  {row['local_rank']:>10}  {row['device']}")
+                print(f"{row['rank']:>4}  {row['node']:>4}  {row['local_rank']:>10}  "
+                      f"{row['device']}")
     finally:
         dist.destroy_process_group()
 
