@@ -13,6 +13,7 @@ group, and the failure message holds the tail of every process's output.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -188,6 +189,19 @@ def _env(l: Launch) -> list[Proc]:
     return procs
 
 
+@launcher("mpirun")
+def _mpirun(l: Launch) -> list[Proc]:
+    """``mpirun -np N python script.py``: Open MPI starts every rank and sets OMPI_COMM_WORLD_*.
+
+    Rank 0's output is mpirun's standard output. ``--allow-run-as-root`` is
+    added only when the tests run as root; readers never need it.
+    """
+    as_root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return [Proc("mpirun", ["mpirun", *as_root, "--oversubscribe", "-np", str(l.nproc * l.nnodes),
+                            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={l.port}",
+                            sys.executable, str(l.script), *l.args])]
+
+
 def _expected_ranks(name: str, nproc: int, nnodes: int) -> int | None:
     if name == "python":
         return None  # a plain script may start no ranks, or spawn its own
@@ -203,6 +217,7 @@ def run(
     world_size: int | None = None,
     env: dict[str, str] | None = None,
     workdir: Path | None = None,
+    files: tuple[str, ...] = (),
     timeout: float = DEFAULT_TIMEOUT,
     check: bool = True,
     **options,
@@ -210,7 +225,9 @@ def run(
     """Run a snippet (path relative to ``snippets/``) and return its :class:`Result`.
 
     ``world_size`` is the number of ranks that must join a process group; it
-    defaults to ``nproc * nnodes`` for the distributed launchers. With
+    defaults to ``nproc * nnodes`` for the distributed launchers. ``files``
+    (paths relative to ``snippets/``) are copied into the working directory
+    first, as a reader copies a job script's companions next to it. With
     ``check=True`` (the default) a run that failed, timed out, printed nothing
     or lost a rank raises AssertionError with every process's output tail.
     """
@@ -218,6 +235,8 @@ def run(
     if workdir is None:
         workdir = Path(tempfile.mkdtemp(prefix="snippet-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        shutil.copy(snippet(name), workdir)
     logs = Path(tempfile.mkdtemp(prefix="logs-", dir=workdir))
     ranks_dir = logs / "ranks"
     ranks_dir.mkdir()
