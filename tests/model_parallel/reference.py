@@ -1,0 +1,74 @@
+"""One-process reference runs for the model-parallel snippets, and comparisons with them.
+
+Every split model must compute what the unsplit model computes in one process on the
+same batch: the same losses and gradients (to 1e-5), hence the same trained weights.
+"""
+
+import runpy
+
+import pytest
+import torch
+
+from harness.launch import snippet
+
+ATOL = 1e-5
+
+
+def snippet_code(path):
+    """The snippet's module namespace (its classes and functions), without running main()."""
+    return runpy.run_path(str(snippet(path)))
+
+
+def one_process(model, x, y, steps, lr=0.1):
+    """Train ``model`` on the whole batch with SGD, as every snippet does, on the CPU.
+
+    Returns the losses, the first step's gradients and the final weights.
+    """
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses, first_grads = [], None
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if first_grads is None:
+            first_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        optimizer.step()
+        losses.append(loss.item())
+    return {"losses": losses, "first_grads": first_grads, "model": model.state_dict()}
+
+
+def trained_in_one_process(path, build="build_model", steps=None):
+    """The snippet's own model (``build()`` after seed 0) and batch, trained by one_process."""
+    code = snippet_code(path)
+    torch.manual_seed(0)
+    model = code[build]()
+    return one_process(model, *code["make_batch"](), steps=steps or code["STEPS"])
+
+
+def assert_tensors_close(actual, expected, atol=ATOL):
+    """Two {name: tensor} dicts with the same names and values within ``atol``."""
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        torch.testing.assert_close(actual[name].cpu(), value.detach().cpu(), rtol=0, atol=atol,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+
+
+def assert_matches(saved, reference, atol=ATOL):
+    """A snippet's saved {losses, first_grads, model} equals the one-process reference."""
+    torch.testing.assert_close(torch.tensor(saved["losses"]), torch.tensor(reference["losses"]),
+                               rtol=0, atol=atol)
+    assert_tensors_close(saved["first_grads"], reference["first_grads"], atol)
+    assert_tensors_close(saved["model"], reference["model"], atol)
+
+
+def printed_losses(stdout):
+    """The losses a snippet printed as 'step N: loss X'."""
+    return [float(line.split("loss ")[1].split()[0])
+            for line in stdout.splitlines() if line.startswith("step ")]
+
+
+def assert_run_matches(result, expected, atol=ATOL):
+    """A run's printed losses, and the <snippet>.pt it saved, equal the reference."""
+    saved = torch.load(result.workdir / f"{result.script.stem}.pt", weights_only=True)
+    assert_matches(saved, expected, atol)
+    assert printed_losses(result.stdout) == pytest.approx(expected["losses"], abs=atol)

@@ -1,0 +1,52 @@
+"""snippets/model_parallel/tensor_parallel.py, shown on docs/model_parallel/tensor_parallel.md."""
+
+import pytest
+import torch
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.model_parallel.reference import assert_tensors_close, trained_in_one_process
+
+SNIPPET = "model_parallel/tensor_parallel.py"
+PLANS = ["tensor parallel", "+ sequence parallel"]
+
+
+def assert_both_plans_match_one_process(result):
+    saved = torch.load(result.workdir / "tensor_parallel.pt", weights_only=True)
+    expected = trained_in_one_process(SNIPPET, "Net", steps=1)
+    assert list(saved) == PLANS
+    for plan in PLANS:
+        assert saved[plan]["loss"] == pytest.approx(expected["losses"][0], abs=1e-5)
+        assert_tensors_close(saved[plan]["grads"], expected["first_grads"])
+
+
+def collectives(stdout):
+    """{plan: [forward, backward, optimizer step]} from the table of collectives."""
+    rows = {}
+    for line in stdout.splitlines():
+        for plan in PLANS:
+            if line.startswith(plan + " "):
+                rows[plan] = [cell.strip() for cell in (line[21:53], line[53:85], line[85:])]
+    return rows
+
+
+def test_two_ranks_give_the_loss_and_gradients_of_one_process(tmp_path):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    check_output(result)
+    assert "attn.wq.weight: full (16, 16), on this rank (8, 16), Shard(dim=0)" in result.stdout
+    assert "mlp.down.weight: full (16, 64), on this rank (16, 32), Shard(dim=1)" in result.stdout
+    assert collectives(result.stdout) == {
+        # one all-reduce after each row-parallel layer (wo, down); in backward one per
+        # column-parallel layer (wq, wk, wv, up), for the gradient of their common input
+        "tensor parallel": ["all_reduce 2", "all_reduce 4", "-"],
+        # each all-reduce becomes a reduce-scatter and an all-gather; the LayerNorm
+        # gradients, partial on each rank, are summed when the optimiser reads them
+        "+ sequence parallel": ["all_gather 3, reduce_scatter 2", "all_gather 3, reduce_scatter 2",
+                                "all_reduce 4"],
+    }
+    assert_both_plans_match_one_process(result)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus(tmp_path):
+    assert_both_plans_match_one_process(run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path))
