@@ -34,7 +34,7 @@ BIN = Path(sys.executable).parent
 #: that leftovers can be found in /proc and killed.
 SESSION_TAG = "SNIPPET_HARNESS_SESSION"
 RUN_TAG = "SNIPPET_HARNESS_RUN"
-SESSION_ID = os.environ.get(SESSION_TAG) or uuid.uuid4().hex
+SESSION_ID = uuid.uuid4().hex  # new in every session, even one started by a test
 
 DEFAULT_TIMEOUT = float(os.environ.get("SNIPPET_TIMEOUT", "120"))
 #: After one process fails, how long the others get to finish on their own.
