@@ -14,6 +14,7 @@ MARKERS = {
     "slurm": "submits job scripts to the local Slurm cluster (tools/local-slurm)",
     "mpi": "launches with OpenMPI's mpirun",
     "extras": "needs the heavy extra packages (`make test-extras`)",
+    "browser": "drives the built site in headless Chromium",
 }
 
 #: In CI every test must run: a skip is a failure, except for want of GPUs.
