@@ -41,7 +41,7 @@ linkcheck: $(STAMP)
 	$(SPHINX) $(SPHINXOPTS) -b linkcheck $(DOCS) $(BUILD)/linkcheck
 
 test: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not extras" $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(BIN)/pytest -m multigpu $(PYTEST_ARGS)
