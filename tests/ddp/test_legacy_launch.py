@@ -1,0 +1,41 @@
+"""snippets/ddp/legacy_launch.py, the old-style script shown on docs/ddp/migrating.md."""
+
+import re
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.ddp.test_train import check_text, stderr_lines
+
+SNIPPET = "ddp/legacy_launch.py"
+
+
+def test_torch_distributed_launch_still_exists_and_passes_an_argument_the_script_refuses():
+    result = run(SNIPPET, launcher="torch.distributed.launch", nproc=2, check=False, timeout=60)
+    assert not result.timed_out and result.returncode != 0
+    warning = result.outputs[0].stderr.split("FutureWarning: ")[1].split("\n\n")[0]
+    warning = "\n".join(line.rstrip() for line in warning.splitlines())
+    assert "torch.distributed.launch is deprecated" in warning
+    # Each process prints the usage and its error, unless torch.distributed.launch stopped
+    # it first because another one had already failed: show the first.
+    usage = stderr_lines(result, r"^usage:")
+    errors = sorted(stderr_lines(result, r"error: unrecognized arguments"))
+    assert usage == ["usage: legacy_launch.py [-h] [--local_rank LOCAL_RANK]"]
+    assert errors and all(re.fullmatch(r"legacy_launch.py: error: unrecognized arguments: "
+                                       r"--local-rank=[01]", line) for line in errors)
+    check_text(f"FutureWarning: {warning}\n\n{usage[0]}\n{errors[0]}\n", SNIPPET, "launch",
+               masks=[(r"--local-rank=\d", "--local-rank=<n>")])
+
+
+def test_under_torchrun_every_process_thinks_it_is_local_rank_0():
+    result = run(SNIPPET, launcher="torchrun", nproc=2)
+    check_output(result, "torchrun")
+    assert "the processes think their local ranks are [0, 0]" in result.stdout
+
+
+@pytest.mark.multigpu(2)
+def test_under_torchrun_on_gpus_both_processes_take_the_first_gpu_and_nccl_refuses():
+    result = run(SNIPPET, launcher="torchrun", nproc=2, check=False, timeout=120)
+    assert result.returncode != 0
+    assert "Duplicate GPU detected" in result.text

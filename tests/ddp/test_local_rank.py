@@ -1,0 +1,22 @@
+"""snippets/ddp/local_rank.py, the fixed script shown on docs/ddp/migrating.md."""
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.ddp.test_train import stderr_lines
+
+SNIPPET = "ddp/local_rank.py"
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "torch.distributed.launch"])
+def test_it_gets_the_right_local_rank_under_both_launchers(launcher):
+    result = run(SNIPPET, launcher=launcher, nproc=2)
+    check_output(result)
+    assert result.stdout == "the processes think their local ranks are [0, 1]\n"
+
+
+def test_started_without_a_launcher_it_fails_with_a_key_error():
+    result = run(SNIPPET, check=False, timeout=60)
+    assert result.returncode == 1
+    assert stderr_lines(result, r"^KeyError") == ["KeyError: 'LOCAL_RANK'"]

@@ -1,0 +1,237 @@
+"""snippets/ddp/train.py, shown on docs/ddp/code_changes.md and docs/ddp/launching.md.
+
+Also the helpers the other tests of docs/ddp/{concepts,code_changes,launching,migrating}.md
+import: launchers the harness does not have (what srun sets for each task, the old
+``python -m torch.distributed.launch``), cached reference runs, and captures of stderr.
+"""
+
+import dataclasses
+import functools
+import re
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.launch import Launch, Output, Proc, Result, launcher, run, snippet
+from harness.outputs import check_output
+
+SNIPPET = "ddp/train.py"
+STEP_BATCH = 32  # samples per step over all processes: --batch-size is STEP_BATCH // world size
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
+                                  reason="needs Open MPI's mpirun (Debian: apt-get install openmpi-bin)")
+
+
+@launcher("srun-env")
+def _srun_env(l: Launch) -> list[Proc]:
+    """One process per task with the variables srun sets (SLURM_PROCID, SLURM_NTASKS,
+    SLURM_LOCALID...) and the MASTER_ADDR and MASTER_PORT the job script exports.
+
+    Options: ``master_addr`` (default 127.0.0.1), ``ranks`` (start only these tasks).
+    """
+    world = l.nproc * l.nnodes
+    return [
+        Proc(f"task{rank}", [sys.executable, str(l.script), *l.args], {
+            "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_LOCALID": str(rank % l.nproc),
+            "SLURM_NODEID": str(rank // l.nproc), "SLURM_NNODES": str(l.nnodes),
+            "MASTER_ADDR": l.options.get("master_addr", "127.0.0.1"), "MASTER_PORT": str(l.port),
+        })
+        for rank in l.options.get("ranks", range(world))
+    ]
+
+
+@launcher("torch.distributed.launch")
+def _torch_distributed_launch(l: Launch) -> list[Proc]:
+    """The deprecated ``python -m torch.distributed.launch`` (one node; the port is the run's own)."""
+    return [Proc("launch", [sys.executable, "-m", "torch.distributed.launch",
+                            f"--nproc_per_node={l.nproc}", f"--master_port={l.port}",
+                            str(l.script), *l.args])]
+
+
+# A test-only wrapper: it runs a snippet unchanged, and when the snippet destroys its
+# process group, every rank first saves its DDP model's parameters to rank<N>.pt. This
+# checks that all replicas agree independently of the snippet's own checksum.
+EVERY_RANK_SAVES = '''\
+import runpy, sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+models = []
+init = DistributedDataParallel.__init__
+def record(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    models.append(self)
+DistributedDataParallel.__init__ = record
+
+destroy = dist.destroy_process_group
+def save_then_destroy(*args, **kwargs):
+    for model in models:
+        torch.save(model.module.state_dict(), f"rank{dist.get_rank()}.pt")
+    destroy(*args, **kwargs)
+dist.destroy_process_group = save_then_destroy
+
+sys.argv.pop(0)
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def check_text(text: str, script: str, variant: str, masks=()) -> None:
+    """Compare (or record, with UPDATE_OUTPUTS=1) text other than a run's stdout, such as
+    error lines or a diff, with the file <script stem>.<variant>.out a page shows."""
+    shown = Result(snippet(script), "text", 0, False, 0.0, [Output("text", 0, text, "")], set(), Path())
+    check_output(shown, variant, masks)
+
+
+def stderr_lines(result: Result, pattern: str) -> list[str]:
+    """Lines of every process's stderr that match ``pattern``, each once, in order."""
+    lines = [line for o in result.outputs for line in o.stderr.splitlines() if re.search(pattern, line)]
+    return list(dict.fromkeys(lines))
+
+
+def losses(stdout: str) -> list[tuple[str, float]]:
+    """(label, loss) of every progress and end-of-epoch line."""
+    return [(m[1], float(m[2])) for m in re.finditer(r"^(epoch \S+(?:  step \S+| done)).*?loss ([\d.]+)",
+                                                      stdout, re.M)]
+
+
+def final_parameters(result: Result) -> dict[str, torch.Tensor]:
+    return torch.load(result.workdir / "checkpoint.pt", weights_only=True)["model"]
+
+
+def assert_same_parameters(a: dict, b: dict, atol: float) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=atol, msg=key)
+
+
+def train(*args, launcher: str, world: int, nnodes: int = 1, every_rank_saves: bool = False,
+          **options) -> Result:
+    """Run train.py with --batch-size STEP_BATCH // world on ``world`` processes."""
+    batch = ["--batch-size", str(STEP_BATCH // world)]
+    script, workdir = SNIPPET, Path(tempfile.mkdtemp(prefix="ddp-train-"))
+    if every_rank_saves:
+        script = workdir / "every_rank_saves.py"
+        script.write_text(EVERY_RANK_SAVES)
+        args = (str(snippet(SNIPPET)), *args)
+    result = run(script, *args, *batch, launcher=launcher, nproc=world // nnodes, nnodes=nnodes,
+                 workdir=workdir, **options)
+    return dataclasses.replace(result, script=snippet(SNIPPET))
+
+
+@functools.cache
+def one_process() -> Result:
+    """The reference: one process taking the whole batch of every step."""
+    return train(launcher="env", world=1)
+
+
+@functools.cache
+def two_ranks() -> Result:
+    """What code_changes.md tells readers to run first."""
+    return train(launcher="torchrun", world=2)
+
+
+@pytest.fixture(scope="module")
+def four_ranks_on_two_nodes():
+    return train(launcher="torchrun-static", world=4, nnodes=2, every_rank_saves=True)
+
+
+def test_two_processes_end_where_one_process_on_the_whole_batch_ends():
+    result = two_ranks()
+    check_output(result)
+    assert result.stdout.startswith("world size 2 (gloo, cpu): 2 × 16 = 32 samples per step")
+    assert "final parameters identical on all ranks (world size 2)" in result.stdout
+    assert_same_parameters(final_parameters(result), final_parameters(one_process()), atol=1e-6)
+    assert len(losses(result.stdout)) == 12
+    for (label, loss), (label1, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):
+        assert label == label1 and loss == pytest.approx(loss1, abs=1e-4)
+
+
+def test_four_processes_on_two_nodes_hold_identical_parameters_equal_to_one_process(
+        four_ranks_on_two_nodes):
+    result = four_ranks_on_two_nodes
+    check_output(result, "two-nodes")
+    assert "final parameters identical on all ranks (world size 4)" in result.stdout
+    saved = final_parameters(result)
+    for rank in range(4):  # what every rank held when it ended, saved by the test's wrapper
+        own = torch.load(result.workdir / f"rank{rank}.pt", weights_only=True)
+        assert_same_parameters(own, saved, atol=0)
+    assert_same_parameters(saved, final_parameters(one_process()), atol=1e-6)
+    assert [label for label, _ in losses(result.stdout)] == [label for label, _ in losses(two_ranks().stdout)]
+    for (_, loss), (_, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):
+        assert loss == pytest.approx(loss1, abs=1e-4)
+
+
+@pytest.mark.parametrize("launcher, nnodes", [
+    ("torchrun-c10d", 2),
+    ("srun-env", 1),
+    pytest.param("mpirun", 1, marks=[pytest.mark.mpi, needs_mpirun]),
+])
+def test_every_launcher_gives_the_same_result(launcher, nnodes):
+    result = train(launcher=launcher, world=2, nnodes=nnodes)
+    assert losses(result.stdout) == losses(two_ranks().stdout)
+    assert_same_parameters(final_parameters(result), final_parameters(two_ranks()), atol=0)
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(tmp_path):
+    stopped = run(SNIPPET, "--batch-size", "16", "--max-steps", "40", launcher="torchrun", nproc=2,
+                  workdir=tmp_path)
+    check_output(stopped, "stopped")
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 40
+    resumed = run(SNIPPET, "--batch-size", "16", launcher="torchrun", nproc=2, workdir=tmp_path)
+    check_output(resumed, "resumed")
+    assert "resumed from checkpoint.pt at step 40" in resumed.stdout
+    # the loss printed at the same steps, and the final parameters, are those of the run that never stopped
+    printed = dict(losses(stopped.stdout) + losses(resumed.stdout))
+    uninterrupted = dict(losses(two_ranks().stdout))
+    assert {k: v for k, v in printed.items() if "step" in k} == {
+        k: v for k, v in uninterrupted.items() if "step" in k}
+    assert_same_parameters(final_parameters(resumed), final_parameters(two_ranks()), atol=0)
+
+
+def one_line_error(result: Result, variant: str) -> str:
+    """The run failed by itself, within its time limit (60 s in these tests), with one
+    line on stderr and no traceback; show that line on the page."""
+    assert not result.timed_out and result.returncode != 0
+    lines = stderr_lines(result, r"^train\.py: ")
+    assert len(lines) == 1, result.report()
+    assert "Traceback" not in result.text.split(lines[0])[-1], result.report()
+    check_text(lines[0] + "\n", SNIPPET, variant)
+    return lines[0]
+
+
+def test_without_a_launcher_it_stops_with_one_line():
+    result = run(SNIPPET, check=False, timeout=60)
+    assert result.outputs[0].returncode == 1
+    assert "Traceback" not in result.text
+    assert "torchrun --standalone --nproc_per_node=1 train.py" in one_line_error(result, "no-launcher")
+
+
+def test_an_unknown_master_addr_stops_every_process_at_once():
+    result = run(SNIPPET, launcher="srun-env", nproc=2, master_addr="node17.invalid", check=False,
+                 timeout=60)
+    assert [o.returncode for o in result.outputs] == [1, 1]  # each ended by itself
+    assert "MASTER_ADDR=node17.invalid is not a host name" in one_line_error(result, "unknown-host")
+
+
+def test_a_process_that_never_comes_fails_the_others_after_the_timeout():
+    result = run(SNIPPET, "--timeout", "5", launcher="srun-env", nproc=2, ranks=[0], check=False,
+                 timeout=60)
+    assert [o.returncode for o in result.outputs] == [1]
+    assert result.seconds > 5
+    line = one_line_error(result, "timeout")
+    assert "1/2 clients joined" in line
+
+
+@pytest.mark.mpi
+@needs_mpirun
+def test_a_port_in_use_fails_rank_0_at_once_and_mpirun_stops_the_others(monkeypatch):
+    with socket.socket() as busy:  # another program listening on the port: it accepts, never answers
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        monkeypatch.setattr("harness.launch.free_port", lambda: busy.getsockname()[1])
+        result = run(SNIPPET, launcher="mpirun", nproc=2, check=False, timeout=60)
+    assert "EADDRINUSE" in one_line_error(result, "port-in-use")

@@ -1,0 +1,25 @@
+"""snippets/ddp/train_single.py, the single-GPU starting point shown on docs/ddp/code_changes.md."""
+
+import difflib
+import re
+
+import torch
+
+from harness.launch import run, snippet
+from tests.ddp.test_train import SNIPPET as DDP_SNIPPET, check_text, losses
+
+SNIPPET = "ddp/train_single.py"
+
+
+def test_it_learns_and_saves_a_checkpoint_every_epoch(tmp_path):
+    result = run(SNIPPET, workdir=tmp_path)
+    epochs = [loss for label, loss in losses(result.stdout) if label.endswith("done")]
+    accuracy = float(re.findall(r"accuracy ([\d.]+)%", result.stdout)[-1])
+    assert len(epochs) == 3 and epochs[0] > epochs[1] > epochs[2] and accuracy > 85
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 96
+
+
+def test_the_page_shows_how_train_py_differs_from_it():
+    old, new = (snippet(s).read_text().splitlines(keepends=True) for s in (SNIPPET, DDP_SNIPPET))
+    diff = difflib.unified_diff(old, new, "train_single.py", "train.py", n=2)
+    check_text("".join(diff), DDP_SNIPPET, "diff")

@@ -1,0 +1,19 @@
+"""snippets/ddp/train_spawn.py, shown on docs/ddp/launching.md."""
+
+import torch
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.ddp.test_train import assert_same_parameters, final_parameters, losses, two_ranks
+
+SNIPPET = "ddp/train_spawn.py"
+
+
+def test_spawned_processes_train_exactly_like_train_py_under_torchrun():
+    result = run(SNIPPET, "--nprocs", "2", "--batch-size", "16", world_size=2)
+    check_output(result)
+    assert result.stdout.startswith("world size 2 (gloo, cpu), started by mp.spawn: 32 ")
+    assert losses(result.stdout) == losses(two_ranks().stdout)
+    saved = torch.load(result.workdir / "checkpoint.pt", weights_only=True)
+    assert saved["step"] == 96
+    assert_same_parameters(saved["model"], final_parameters(two_ranks()), atol=0)
