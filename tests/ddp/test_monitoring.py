@@ -1,0 +1,65 @@
+"""snippets/ddp/monitoring.py, shown on docs/ddp/monitoring.md."""
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+
+SNIPPET = "ddp/monitoring.py"
+#: Speeds are masked as times already; memory varies too, and so do the column widths.
+MASKS = [(r"[\d.]+ MiB", "<n> MiB"), (r" +", " ")]
+
+
+def monitor(*args):
+    """torchrun monitoring.py on 2 ranks: the result and {rank: (device, alone, training, MiB)}."""
+    result = run(SNIPPET, *args, launcher="torchrun", nproc=2, timeout=120)
+    rows = {}
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        if fields and fields[0].isdigit():  # rank device N samples/s N samples/s N MiB
+            rows[int(fields[0])] = (fields[1], *map(float, (fields[2], fields[4], fields[6])))
+    return result, rows
+
+
+def assert_one_row_per_rank(rows, devices=("cpu", "cpu")):
+    assert sorted(rows) == [0, 1]
+    assert [rows[rank][0] for rank in (0, 1)] == list(devices)
+    for _, alone, training, memory in rows.values():
+        assert alone > 0 and training > 0 and memory > 0
+
+
+@pytest.fixture(scope="module")
+def normal():
+    return monitor()
+
+
+@pytest.fixture(scope="module")
+def slow():
+    return monitor("--slow-rank", "1")
+
+
+def test_every_rank_reports_its_speed_and_memory(normal):
+    result, rows = normal
+    check_output(result, masks=MASKS)
+    assert_one_row_per_rank(rows)
+    assert "no rank is much slower than the others" in result.stdout
+
+
+def test_a_slow_rank_is_flagged_and_slows_everybody_in_training(slow):
+    result, rows = slow
+    check_output(result, "slow", masks=MASKS)
+    assert_one_row_per_rank(rows)
+    flagged = [line for line in result.stdout.splitlines() if "SLOW" in line]
+    assert flagged == ["rank 1 is SLOW: under a third of the speed of the fastest rank"]
+    (_, alone0, training0, _), (_, alone1, training1, _) = rows[0], rows[1]
+    assert alone1 < alone0 / 3  # on its own, rank 1 is much slower
+    # In training rank 0 waits for rank 1 at every step: no faster than rank 1 on its own.
+    assert training0 == pytest.approx(training1, rel=0.2)
+    assert training0 < 1.2 * alone1
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_memory_is_measured_per_device():
+    result, rows = monitor()
+    assert_one_row_per_rank(rows, devices=("cuda:0", "cuda:1"))
+    assert "torch.cuda.max_memory_allocated()" in result.stdout
