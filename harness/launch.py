@@ -341,17 +341,32 @@ def tagged_pids(tag: str, value: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0"):
+        if needle in environ.split(b"\0") and _alive(int(entry.name)):
             pids.append(int(entry.name))
     return pids
 
 
 def kill_tagged(tag: str, value: str) -> list[int]:
-    """Kill every process carrying ``tag=value``; return the PIDs that were still there."""
+    """Kill every process carrying ``tag=value`` and wait until they are gone.
+
+    Returns the PIDs that were still there.
+    """
     pids = tagged_pids(tag, value)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return pids
+
+
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
