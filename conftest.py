@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from harness import slurm as local_slurm  # registers the sbatch launcher
 from harness.launch import SESSION_ID, SESSION_TAG, kill_tagged
 
 MARKERS = {
@@ -55,6 +56,40 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"REQUIRE_ALL=1 forbids skipping this test: {reason}"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """The throwaway two-node cluster of tools/local-slurm, started once per session.
+
+    Jobs find it through SLURM_CONF, set for the whole session. At the end the
+    cluster is stopped, and any of its daemons or job processes still alive
+    fails the session.
+    """
+    reason = local_slurm.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("slurm")
+    conf = local_slurm.start_cluster(state)
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        yield conf
+    finally:
+        local_slurm.stop_cluster(state)
+        if previous is None:
+            del os.environ["SLURM_CONF"]
+        else:
+            os.environ["SLURM_CONF"] = previous
+    leftovers = local_slurm.cluster_processes(conf)
+    assert not leftovers, "the local Slurm cluster left processes behind:\n" + "\n".join(leftovers)
+
+
+@pytest.fixture(autouse=True)
+def _slurm_for_marked_tests(request):
+    """Tests marked ``slurm`` get the cluster (or are skipped with the reason there is none)."""
+    if request.node.get_closest_marker("slurm"):
+        request.getfixturevalue("slurm_cluster")
 
 
 def pytest_sessionfinish(session, exitstatus):

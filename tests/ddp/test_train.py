@@ -168,10 +168,12 @@ def test_four_processes_on_two_nodes_hold_identical_parameters_equal_to_one_proc
 @pytest.mark.parametrize("launcher, nnodes", [
     ("torchrun-c10d", 2),
     ("srun-env", 1),
+    pytest.param("srun", 1, marks=pytest.mark.slurm),
     pytest.param("mpirun", 1, marks=[pytest.mark.mpi, needs_mpirun]),
 ])
 def test_every_launcher_gives_the_same_result(launcher, nnodes):
-    result = train(launcher=launcher, world=2, nnodes=nnodes)
+    options = {"master": True, "srun_args": ["--kill-on-bad-exit=1"]} if launcher == "srun" else {}
+    result = train(launcher=launcher, world=2, nnodes=nnodes, **options)
     assert losses(result.stdout) == losses(two_ranks().stdout)
     assert_same_parameters(final_parameters(result), final_parameters(two_ranks()), atol=0)
 

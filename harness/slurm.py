@@ -1,0 +1,252 @@
+"""Submit job scripts to a real Slurm cluster, as a reader does, and wait for them.
+
+The ``sbatch`` launcher runs this file as a small poller process: it submits the
+job script unchanged with ``sbatch`` from the run's directory, follows the job
+with ``scontrol show job`` every half second (``sbatch --wait`` polls far more
+slowly), waits through requeues until the job's last run ends, prints the job's
+output file on its own standard output and exits with the job's exit code.
+Stopped with SIGTERM (the run's time limit), it cancels the job first.
+
+The job inherits the poller's environment (``sbatch`` exports it by default):
+the harness's variables, and the virtual environment the tests run in, as if
+the reader had activated it before submitting.
+
+Also here: starting and stopping the throwaway cluster of ``tools/local-slurm``
+for the test session, and the few queries the tests make about jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __name__ == "__main__":  # run as `python harness/slurm.py`: import the package
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from harness.launch import BIN, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc, launcher
+
+LOCAL_SLURM = ROOT / "tools" / "local-slurm"
+POLL_SECONDS = 0.5
+#: States a job does not leave (a requeued job goes to PENDING instead).
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
+                "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+# --- Jobs ---------------------------------------------------------------------------------
+
+def job_info(job_id: str) -> dict[str, str]:
+    """``scontrol show job`` as a dict (JobState, ExitCode, Restarts, StdOut...), or {}."""
+    out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id],
+                         capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        return {}
+    return dict(field.split("=", 1) for field in out.stdout.split() if "=" in field)
+
+
+def jobs_in(workdir: Path) -> list[str]:
+    """Ids of the queued or running jobs whose working directory is ``workdir``."""
+    out = subprocess.run(["squeue", "--noheader", "--format=%i %Z"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    return [line.split()[0] for line in out.stdout.splitlines()
+            if line.split()[1:] == [str(workdir)]]
+
+
+def exit_status(info: dict[str, str]) -> int:
+    """Shell-style exit status of a finished job: its exit code, 128 + signal, or 1."""
+    code, sig = (int(x) for x in info.get("ExitCode", "1:0").split(":"))
+    if sig:
+        return 128 + sig
+    if info.get("JobState") != "COMPLETED" and code == 0:
+        return 1
+    return code
+
+
+def _log(message: str) -> None:
+    print(f"poller: {message}", file=sys.stderr, flush=True)
+
+
+def _print_file(path: str, stream) -> None:
+    if path and Path(path).is_file():
+        stream.write(Path(path).read_text(errors="replace"))
+        stream.flush()
+
+
+def follow(sbatch_argv: list[str], poll: float = POLL_SECONDS) -> int:
+    """``sbatch --parsable ARGV``; wait for the job's last run; print its output."""
+    submitted = subprocess.run(["sbatch", "--parsable", *sbatch_argv],
+                               capture_output=True, text=True, timeout=60)
+    sys.stderr.write(submitted.stderr)
+    if submitted.returncode != 0:
+        _log(f"sbatch failed with exit code {submitted.returncode}")
+        return submitted.returncode
+    job_id = submitted.stdout.strip().split(";")[0]
+    _log(f"submitted batch job {job_id}")
+
+    def cancel(signum, frame):
+        _log(f"stopped by signal {signum}: cancelling job {job_id}")
+        subprocess.run(["scancel", job_id], timeout=10)
+        info = job_info(job_id)
+        _print_file(info.get("StdOut", ""), sys.stdout)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, cancel)
+    signal.signal(signal.SIGINT, cancel)
+    seen = None
+    while True:
+        info = job_info(job_id)
+        state = (info.get("JobState"), info.get("Restarts"), info.get("NodeList"))
+        if state != seen:
+            _log(f"job {job_id}: {state[0]}, restarts {state[1]}, nodes {state[2]}")
+            seen = state
+        if info.get("JobState") in FINAL_STATES:
+            break
+        time.sleep(poll)
+    _print_file(info.get("StdOut", ""), sys.stdout)
+    if info.get("StdErr") != info.get("StdOut"):
+        _print_file(info.get("StdErr", ""), sys.stderr)
+    status = exit_status(info)
+    _log(f"job {job_id} ended: {info['JobState']}, exit code {info.get('ExitCode')}, "
+         f"restarts {info.get('Restarts')}; exit status {status}")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    submit = sub.add_parser("submit", help="sbatch ARGS..., wait for the job, print its output")
+    submit.add_argument("--poll", type=float, default=POLL_SECONDS,
+                        help="seconds between queries")
+    submit.add_argument("sbatch_argv", nargs=argparse.REMAINDER,
+                        help="sbatch's options, the job script and its arguments (after --)")
+    args = parser.parse_args(argv)
+    sbatch_argv = args.sbatch_argv[1:] if args.sbatch_argv[:1] == ["--"] else args.sbatch_argv
+    return follow(sbatch_argv, args.poll)
+
+
+# --- Launchers ----------------------------------------------------------------------------
+
+def _shell(activate: bool) -> dict[str, str]:
+    """PATH and VIRTUAL_ENV of a shell where the tests' virtual environment is active, or not.
+
+    ``source .venv/bin/activate`` puts the environment's bin folder first on the
+    PATH; a fresh login shell has no trace of it.
+    """
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and Path(d) != BIN]
+    if activate:
+        return {"VIRTUAL_ENV": str(BIN.parent), "PATH": os.pathsep.join([str(BIN), *path])}
+    return {"VIRTUAL_ENV": "", "PATH": os.pathsep.join(path)}
+
+
+@launcher("sbatch")
+def _sbatch(l: Launch) -> list[Proc]:
+    """``sbatch [OPTIONS] script.sbatch [ARGS]`` from the run's directory, followed to the end.
+
+    The job script is copied, unchanged, into the working directory and
+    submitted from there, as a reader submits it from the folder that holds
+    its companion files (``files=`` of :func:`harness.launch.run`).
+
+    Options: ``sbatch_args`` (options on sbatch's command line, which override the
+    script's ``#SBATCH`` lines), ``activate`` (default True: submit from a shell
+    where the tests' virtual environment is active), ``submit_dir`` (submit from
+    there instead, naming the script by its path relative to it).
+    """
+    submit_dir = l.options.get("submit_dir")
+    if submit_dir is None:
+        script = shutil.copy(l.script, l.workdir)
+        script = Path(script).name
+    else:
+        script = os.path.relpath(l.script, submit_dir)
+    env = _shell(l.options.get("activate", True))
+    argv = [sys.executable, str(Path(__file__).resolve()), "submit", "--",
+            *l.options.get("sbatch_args", ()), script, *l.args]
+    if submit_dir is not None:
+        argv = ["env", "-C", str(submit_dir), *argv]
+    return [Proc("sbatch", argv, env)]
+
+
+@launcher("srun")
+def _srun(l: Launch) -> list[Proc]:
+    """``srun --nodes=N --ntasks-per-node=n --time=T [SRUN_ARGS] python script.py [ARGS]``.
+
+    Typed on a login node, this allocates nodes, runs the tasks and returns. The
+    script is copied into the working directory and started from there. Options:
+    ``time`` (default 00:05:00), ``srun_args``, ``activate`` as for ``sbatch``, and
+    ``master`` (export MASTER_ADDR and MASTER_PORT first, as a job script does before
+    ``srun python train.py``).
+    """
+    script = shutil.copy(l.script, l.workdir)
+    env = _shell(l.options.get("activate", True))
+    if l.options.get("master"):
+        env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(l.port)}
+    argv = ["srun", f"--nodes={l.nnodes}", f"--ntasks-per-node={l.nproc}",
+            f"--time={l.options.get('time', '00:05:00')}", *l.options.get("srun_args", ()),
+            "python", Path(script).name, *l.args]
+    return [Proc("srun", argv, env)]
+
+
+# --- The local cluster --------------------------------------------------------------------
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot run the local cluster, or None if it can."""
+    missing = [cmd for cmd in ("slurmctld", "slurmd", "sbatch", "munged")
+               if shutil.which(cmd) is None]
+    if missing:
+        return (f"Slurm is not installed ({', '.join(missing)} missing): "
+                f"run tools/local-slurm/install as root")
+    if os.geteuid() != 0:
+        return "the local Slurm cluster (tools/local-slurm/start) must be started as root"
+    return None
+
+
+def start_cluster(state_dir: Path) -> Path:
+    """Start the two-node cluster in ``state_dir``; return its slurm.conf.
+
+    The daemons do not carry the harness's tags: they are not a run's processes,
+    and the munged they may start can outlive the session, serving another cluster.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in (SESSION_TAG, RUN_TAG)}
+    started = subprocess.run([str(LOCAL_SLURM / "start"), str(state_dir)], env=env,
+                             capture_output=True, text=True, timeout=120)
+    if started.returncode != 0:
+        raise RuntimeError(f"tools/local-slurm/start failed:\n{started.stdout}"
+                           f"{started.stderr}")
+    return state_dir / "slurm.conf"
+
+
+def stop_cluster(state_dir: Path) -> None:
+    """Cancel every job and stop the daemons (tools/local-slurm/stop)."""
+    subprocess.run([str(LOCAL_SLURM / "stop"), str(state_dir)], check=True, timeout=120)
+
+
+def cluster_processes(conf: Path) -> list[str]:
+    """``pid command`` of every daemon, job step or job process of the cluster using ``conf``.
+
+    Daemons name ``conf`` on their command line; job steps (slurmstepd) and job
+    processes have ``SLURM_CONF=conf`` in their environment, and jobs SLURM_JOB_ID too.
+    """
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            environ = (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        uses_conf = str(conf) in argv or f"SLURM_CONF={conf}" in environ
+        daemon = comm in ("slurmctld", "slurmd", "slurmstepd", "slurmscriptd")
+        job = any(var.startswith("SLURM_JOB_ID=") for var in environ)
+        if uses_conf and (daemon or job):
+            found.append(f"{entry.name} {' '.join(argv).strip()}")
+    return found
+
+if __name__ == "__main__":
+    sys.exit(main())

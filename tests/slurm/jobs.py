@@ -1,0 +1,94 @@
+"""Helpers for the tests of docs/slurm: submit a job script, read what the job did.
+
+Every job script runs on the local cluster of tools/local-slurm (two simulated nodes,
+node1 and node2, with 4 declared GPUs each) through the ``sbatch`` launcher of
+harness/slurm.py. Options given on sbatch's command line are the ones a reader
+would edit too; the tests use them only to fit 2-node runs on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from harness.launch import Result, run
+
+#: Two processes per node instead of four: world size 4 on the two simulated nodes.
+TWO_PER_NODE = ("--ntasks-per-node=2", "--gpus-per-node=2")
+
+#: Varying parts of job outputs: job ids, Slurm's copy of the job script, and the
+#: notes of an srun that had to wait for the previous step to release the nodes.
+MASKS = [(r"\bjob \d+", "job <id>"), (r"\S+/slurm_script\b", "<spool>/slurm_script"),
+         (r"(?m)^srun: Job \d+ step creation temporarily disabled, retrying.*\n", ""),
+         (r"(?m)^srun: Step created for job \d+\n", "")]
+
+
+def submit(script: str, *args: str, files: tuple[str, ...] = ("slurm/train.py",),
+           world_size: int = 0, timeout: float = 300, **options) -> Result:
+    """``sbatch script`` from a folder holding ``files``; the job's output is the stdout.
+
+    ``world_size`` is the number of ranks that must join a process group (0: none). The
+    time limit allows for a machine busy with other work: a job waits in the queue, and
+    every process imports torch.
+    """
+    return run(script, *args, launcher="sbatch", files=files, world_size=world_size,
+               timeout=timeout, **options)
+
+
+def job_end(result: Result) -> dict[str, str]:
+    """How the job ended, from the poller's last line: state, exit code, restarts."""
+    line = re.search(r"poller: job \d+ ended: (\w+), exit code (\S+), restarts (\d+)",
+                     result.outputs[0].stderr)
+    assert line, result.report()
+    return {"state": line[1], "exit code": line[2], "restarts": int(line[3])}
+
+
+def placement(stdout: str) -> tuple[int, dict[str, list[int]]]:
+    """World size and ranks per node, from train.py's first line."""
+    line = re.search(r"^world size (\d+) \(\w+ on \w+\): (.*)$", stdout, re.M)
+    assert line, stdout
+    nodes = {}
+    for first, last, node in re.findall(r"ranks? (\d+)(?:-(\d+))? on (\S+?)(?:,|$)", line[2]):
+        nodes[node] = list(range(int(first), int(last or first) + 1))
+    return int(line[1]), nodes
+
+
+def whereami(stdout: str) -> list[tuple]:
+    """(rank, world size, node, local rank, GPU, CUDA_VISIBLE_DEVICES, threads) for every
+    line whereami.py printed, in the order printed."""
+    return [(int(r), int(w), node, int(local), int(gpu), visible, threads)
+            for r, w, node, local, gpu, visible, threads in re.findall(
+                r"^rank (\d+) of (\d+): (\S+), local rank (\d+), cuda:(\d+), "
+                r"CUDA_VISIBLE_DEVICES=(\S*), OMP_NUM_THREADS=(\S*)$", stdout, re.M)]
+
+
+def losses(stdout: str) -> list[str]:
+    """The loss lines train.py printed."""
+    return re.findall(r"^epoch .* loss .*$", stdout, re.M)
+
+
+def checkpoint(result: Result) -> dict:
+    """The checkpoint train.py left in the job's folder."""
+    return torch.load(result.workdir / "checkpoint.pt", weights_only=True)
+
+
+def assert_same_training(result: Result, reference: Result) -> None:
+    """Both jobs ended with the same model and optimiser state, bit for bit."""
+    ours, theirs = checkpoint(result), checkpoint(reference)
+    assert ours["step"] == theirs["step"]
+    for part in ("model", "optimizer"):
+        a, b = _tensors(ours[part]), _tensors(theirs[part])
+        assert a.keys() == b.keys() and a, part
+        different = [key for key in a if not torch.equal(a[key], b[key])]
+        assert not different, f"{part}: {different} differ"
+
+
+def _tensors(tree, prefix="") -> dict[str, torch.Tensor]:
+    """Every tensor in a nested state dict, by its path."""
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(
+        tree, (list, tuple)) else ()
+    return {k: v for key, sub in items for k, v in _tensors(sub, f"{prefix}/{key}").items()}

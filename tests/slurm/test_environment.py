@@ -1,0 +1,24 @@
+"""snippets/slurm/environment.sbatch, shown on docs/slurm/environment.md.
+
+Submitted from a shell where no virtual environment is active, from a folder that holds
+train.py and the virtual environment .venv (here, a link to the one the tests use):
+the job activates it itself, and trains.
+"""
+
+import pytest
+
+from harness.launch import BIN
+from harness.outputs import check_output
+from tests.slurm.jobs import job_end, placement, submit
+
+pytestmark = pytest.mark.slurm
+
+
+def test_the_job_activates_its_own_environment(tmp_path):
+    (tmp_path / ".venv").symlink_to(BIN.parent)
+    result = submit("slurm/environment.sbatch", world_size=2, activate=False, workdir=tmp_path)
+    check_output(result, masks=[(r"python is \S+", "python is <path>"),
+                                (r"torch \d\S*", "torch <version>")])
+    assert f"python is {BIN.parent}/bin/python\n" in result.stdout
+    assert placement(result.stdout) == (2, {"node1": [0, 1]})
+    assert job_end(result)["state"] == "COMPLETED"

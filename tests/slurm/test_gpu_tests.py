@@ -1,0 +1,38 @@
+"""snippets/slurm/gpu_tests.sbatch, shown on docs/slurm/gpu_tests.md.
+
+Submitted as the page says, from the top folder of the guide: the job runs
+`make test-gpu` there, for real. On this machine's declared GPUs PyTorch finds no CUDA
+device, so every multigpu test is skipped with its reason, and the job succeeds.
+The output file goes to the test's folder instead of the guide's top folder.
+"""
+
+import re
+
+import pytest
+
+from harness.launch import ROOT, run
+from harness.outputs import check_output
+from tests.slurm.jobs import job_end
+
+pytestmark = pytest.mark.slurm
+
+#: The list of tests changes as the guide grows: compare the rest.
+MASKS = [(r"(?m)^SKIPPED .*\n", ""), (r"(?m)^[s.]+ *\[ *\d+%\]\n", ""),
+         (r"\d+ (skipped|deselected)", r"<n> \1"),
+         # make creates or updates .venv first when requirements.txt is newer than it
+         (r"(?m)^(test -x \.venv|\.venv/bin/pip install|touch \.venv).*\n", "")]
+
+
+def test_make_test_gpu_runs_in_the_job(tmp_path):
+    # Under `make outputs`, the tests inside the job must not rewrite output files.
+    result = run("slurm/gpu_tests.sbatch", launcher="sbatch", world_size=0, submit_dir=ROOT,
+                 sbatch_args=[f"--output={tmp_path}/%x-%j.out"], workdir=tmp_path,
+                 env={"UPDATE_OUTPUTS": "0"}, timeout=300)
+    check_output(result, masks=MASKS)
+    assert job_end(result)["state"] == "COMPLETED"
+    assert result.stdout.startswith(".venv/bin/pytest -m multigpu -q -rs\n")
+    reasons = re.findall(r"^SKIPPED \[(\d+)\] \S+: (.*)$", result.stdout, re.M)
+    skipped = int(re.search(r"^(\d+) skipped, \d+ deselected in ", result.stdout, re.M)[1])
+    assert skipped > 0 and sum(int(n) for n, _ in reasons) == skipped
+    assert all(re.fullmatch(r"needs \d+ CUDA GPUs, this machine has 0", why) for _, why in reasons)
+    assert not re.search(r"\b(passed|failed|error)", result.stdout)

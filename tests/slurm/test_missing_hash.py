@@ -1,0 +1,25 @@
+"""snippets/slurm/missing_hash.sbatch, shown on docs/slurm/pitfalls.md.
+
+Submitted as it is. Bash fails on the line without "#", and sbatch ignores every
+directive after it: 1 node, 1 task, the default output file; the job still succeeds.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.outputs import check_output
+from tests.slurm.jobs import MASKS, job_end, placement, submit
+
+pytestmark = pytest.mark.slurm
+
+
+def test_the_directives_after_the_broken_line_are_ignored():
+    result = submit("slurm/missing_hash.sbatch", world_size=1)
+    check_output(result, masks=MASKS)
+    assert re.search(r"slurm_script: line \d+: SBATCH: command not found", result.stdout)
+    assert placement(result.stdout) == (1, {"node1": [0]})  # not 2 nodes of 2 tasks
+    outputs = [p.name for p in Path(result.workdir).glob("*.out")]
+    assert len(outputs) == 1 and re.fullmatch(r"slurm-\d+\.out", outputs[0])  # not missing-hash-*
+    assert job_end(result)["state"] == "COMPLETED"
