@@ -1,0 +1,163 @@
+"""Runs of the memory chapter's snippets, shared by its tests and by tests/tools.
+
+Each run happens at most once per test session (the functions are cached): the
+same launch proves a page's claims and feeds the estimator's measured-versus-
+estimated table. Also here: the one-process, full-batch reference training that
+every distributed run must reproduce, and parsers for the tables the snippets print.
+"""
+
+import functools
+import importlib.util
+import re
+import runpy
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from harness.launch import BIN, free_port, run, snippet
+
+HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+needs_deepspeed = pytest.mark.skipif(
+    not HAVE_DEEPSPEED, reason="needs DeepSpeed: pip install deepspeed==0.19.8")
+DS_CONFIGS = ["ds_config_zero1.json", "ds_config_zero2.json", "ds_config_zero3.json",
+              "ds_config_zero2_offload.json", "ds_config_zero3_offload.json"]
+#: The first DeepSpeed run on a machine compiles an operator for the CPU (25-50 s, longer
+#: when the machine is busy); the compiled operator is cached in ~/.cache/torch_extensions.
+DS_TIMEOUT = 900
+#: What DeepSpeed and its launcher log with time stamps, and the CPU-only operator build.
+DS_NOISE = re.compile(r"^(\[\d{4}-\d\d-\d\d [^\]]*\] .*|DeepSpeed .* built successfully)$")
+GPU_ATOL = 1e-4  # one GPU against another: same maths, different kernels
+#: How the suite runs fsdp2.py: ranks -> options.
+FSDP2_RUNS = {1: ("--bf16",), 2: (), 4: ("--offload",)}
+
+
+def code(name):
+    """The snippet's functions and constants, to train the same model in this process."""
+    return runpy.run_path(str(snippet(name)))
+
+
+def workdir():
+    return Path(tempfile.mkdtemp(prefix="memory-"))
+
+
+@functools.cache
+def torchrun(name, nproc, *args):
+    """``torchrun --standalone --nproc_per_node=N <snippet> args`` in a fresh folder."""
+    return run(name, *args, launcher="torchrun", nproc=nproc, workdir=workdir())
+
+
+def with_ds_configs(folder):
+    """The folder, with the config files in it, as a reader has them beside the script."""
+    for config in DS_CONFIGS:
+        shutil.copy(snippet(f"memory/{config}"), folder)
+    return folder
+
+
+@functools.cache
+def deepspeed_run(nproc):
+    """deepspeed_zero.py with every config: ``deepspeed`` at 2 ranks, torchrun at 1 and 4."""
+    folder = with_ds_configs(workdir())
+    if nproc == 2:  # the deepspeed launcher; it starts the ranks with --local_rank=N
+        return run(BIN / "deepspeed", f"--num_gpus={nproc}", f"--master_port={free_port()}",
+                   snippet("memory/deepspeed_zero.py"), *DS_CONFIGS, launcher="python",
+                   world_size=nproc, workdir=folder, timeout=DS_TIMEOUT)
+    return run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=nproc,
+               workdir=folder, timeout=DS_TIMEOUT)
+
+
+def without_deepspeed_logs(result):
+    """deepspeed_zero.py's output without DeepSpeed's time-stamped log lines, for check_output."""
+    lines = [line for line in result.stdout.splitlines() if not DS_NOISE.match(line)]
+    return SimpleNamespace(script=snippet("memory/deepspeed_zero.py"), stdout="\n".join(lines) + "\n")
+
+
+@functools.cache
+def dcp_runs():
+    """2 ranks train 2 epochs; 4 ranks resume from that checkpoint to 4; one process converts."""
+    folder = workdir()
+    first = run("memory/dcp_checkpoint.py", "--epochs", "2", launcher="torchrun", nproc=2,
+                workdir=folder)
+    resumed = run("memory/dcp_checkpoint.py", "--epochs", "4", launcher="torchrun", nproc=4,
+                  workdir=folder)
+    converted = run("memory/dcp_to_torch.py", "checkpoints/epoch_4", "model.pt", workdir=folder)
+    return SimpleNamespace(first=first, resumed=resumed, converted=converted, folder=folder)
+
+
+@functools.cache
+def _reference(name, epochs, clip):
+    c = code(name)
+    dataset = c["make_dataset"]()
+    torch.manual_seed(0)
+    model = c["Net"]()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    # The order the ranks see together: one replica with the same seed, the whole batch.
+    sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def reference(name, epochs=3, clip=None):
+    """Weights after training the snippet's model in one process on the full batch."""
+    return _reference(name, epochs, clip)
+
+
+def assert_same_weights(state, expected, atol=1e-5):
+    assert state.keys() == expected.keys()
+    for key, value in expected.items():
+        torch.testing.assert_close(state[key].float().cpu(), value, rtol=0, atol=atol,
+                                   msg=lambda m, key=key: f"{key}: {m}")
+
+
+def saved(result, filename):
+    return torch.load(result.workdir / filename, map_location="cpu", weights_only=True)
+
+
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def held_table(text, label=r""):
+    """Rows ``[label] rank parameters gradients optimiser`` of a printed table, as KiB floats.
+
+    Returns {label: [(parameters, gradients, optimiser state) for each rank]}.
+    """
+    rows = {}
+    pattern = re.compile(rf"^\s*({label})\s*(\d+) +{NUMBER} +{NUMBER} +{NUMBER}\s*$")
+    for line in text.splitlines():
+        if m := pattern.match(line):
+            rows.setdefault(m[1], []).append(tuple(float(v) * 1024 for v in m.group(3, 4, 5)))
+    return rows
+
+
+PARAMETERS = 132_929  # of the Net in every snippet of the chapter
+
+
+def assert_ds_config_holds(config, params, grads, optimiser):
+    """Each rank of every run of ``config`` holds these bytes per parameter (functions of N)."""
+    for n in (1, 2, 4):
+        rows = deepspeed_tables(deepspeed_run(n).stdout)[config]
+        assert len(rows) == n
+        for held in rows:
+            expected = [f(n) * PARAMETERS for f in (params, grads, optimiser)]
+            assert held == pytest.approx(expected, rel=0.01), (config, n)
+
+
+def deepspeed_tables(text):
+    """{config file: [(parameters, gradients, optimiser state) per rank]} from deepspeed_zero.py."""
+    tables = {}
+    for block in re.split(r"^(?=ds_config_\w+\.json:)", text, flags=re.M)[1:]:
+        config = block.split(":")[0]
+        tables[config] = held_table(block)[""]
+    return tables

@@ -1,0 +1,13 @@
+"""snippets/memory/ds_config_zero1.json, shown on docs/memory/deepspeed.md."""
+
+from tests.memory.runs import assert_ds_config_holds, needs_deepspeed
+
+CONFIG = "memory/ds_config_zero1.json"
+
+
+@needs_deepspeed
+def test_stage_1_shards_adam_and_the_fp32_master_copy():
+    # every rank keeps all weights; without gradient accumulation DeepSpeed's stage 1
+    # also drops each full gradient once it is reduced, keeping only its partition
+    assert_ds_config_holds(CONFIG.split("/")[1], params=lambda n: 4, grads=lambda n: 4 / n,
+                           optimiser=lambda n: 12 / n)

@@ -1,0 +1,13 @@
+"""snippets/memory/ds_config_zero2_offload.json, shown on docs/memory/deepspeed.md."""
+
+from tests.memory.runs import assert_ds_config_holds, needs_deepspeed
+
+CONFIG = "memory/ds_config_zero2_offload.json"
+
+
+@needs_deepspeed
+def test_stage_2_offload_keeps_fp32_gradients_for_the_cpu_step():
+    # on a CPU-only machine "offloaded" and "on the GPU" are the same memory: the test
+    # checks the amounts; tests/tools checks on GPUs that they sit in CPU memory
+    assert_ds_config_holds(CONFIG.split("/")[1], params=lambda n: 4, grads=lambda n: 4 / n,
+                           optimiser=lambda n: 12 / n)

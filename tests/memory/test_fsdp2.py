@@ -1,0 +1,49 @@
+"""snippets/memory/fsdp2.py, shown on docs/memory/fsdp2.md."""
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.memory.runs import (FSDP2_RUNS as RUNS, GPU_ATOL, PARAMETERS, assert_same_weights,
+                               held_table, reference, saved, torchrun)
+
+SNIPPET = "memory/fsdp2.py"
+
+
+def sharding_line(ranks, where="cpu"):
+    rows = 256 // ranks
+    return (f"blocks[0].ff[0].weight is a DTensor (256, 64) with placements (Shard(dim=0),); "
+            f"rank 0 stores ({rows}, 64) on {where}")
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_each_rank_holds_one_nth_and_training_matches_one_process(ranks):
+    result = torchrun(SNIPPET, ranks, *RUNS[ranks])
+    check_output(result, variant=None if ranks == 2 else "offload")
+    assert sharding_line(ranks) in result.stdout
+    rows = held_table(result.stdout)[""]
+    assert len(rows) == ranks
+    for params, grads, state in rows:
+        assert params == pytest.approx(4 * PARAMETERS / ranks, rel=0.02)
+        assert grads == pytest.approx(params, rel=1e-3)
+        assert state == pytest.approx(2 * params, rel=0.01)  # Adam: two moments per element
+    assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET))
+
+
+def test_bf16_compute_keeps_fp32_shards():
+    """MixedPrecisionPolicy casts a gathered copy: the shards and Adam stay fp32."""
+    result = torchrun(SNIPPET, 1, *RUNS[1])
+    check_output(result, variant="bf16")
+    (params, grads, state), = held_table(result.stdout)[""]
+    assert params == pytest.approx(4 * PARAMETERS, rel=1e-3)  # 4 bytes per parameter
+    assert state == pytest.approx(2 * params, rel=1e-3)
+    assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET), atol=2e-2)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_offload_keeps_shards_on_the_cpu(tmp_path):
+    result = run(SNIPPET, "--offload", launcher="torchrun", nproc=2, workdir=tmp_path)
+    assert sharding_line(2, "cpu") in result.stdout
+    assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET), atol=GPU_ATOL)
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    assert sharding_line(2, "cuda") in result.stdout

@@ -1,0 +1,44 @@
+"""snippets/memory/zero1.py, shown on docs/memory/zero1.md."""
+
+import pytest
+import torch
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.memory.runs import (GPU_ATOL, assert_same_weights, code, held_table, reference, saved,
+                               torchrun)
+
+SNIPPET = "memory/zero1.py"
+LABELS = "Adam|ZeroRedundancyOptimizer"
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_zero1_shards_adam_state_and_trains_like_one_process(ranks):
+    result = torchrun(SNIPPET, ranks)
+    check_output(result, variant=None if ranks == 2 else f"{ranks}ranks")
+    tables = held_table(result.stdout, LABELS)
+    adam, zero = tables["Adam"], tables["ZeroRedundancyOptimizer"]
+    assert len(adam) == len(zero) == ranks
+    for (p_adam, g_adam, s_adam), (p_zero, g_zero, s_zero) in zip(adam, zero):
+        assert (p_zero, g_zero) == (p_adam, g_adam)  # ZeRO-1 leaves weights and gradients whole
+        assert s_zero <= (0.52 if ranks == 2 else 0.27) * s_adam
+    assert sum(s for _, _, s in zero) == pytest.approx(adam[0][2], rel=1e-3)  # shards add up
+
+    state = saved(result, "zero1.pt")
+    assert_same_weights(state["model"], reference(SNIPPET))
+    # consolidate_state_dict(to=0) gathered the state of every parameter, not only rank 0's,
+    # in the format of a plain Adam, which loads it
+    moments = state["optimizer"]["state"]
+    assert len(moments) == len(state["model"])
+    assert all(set(s) == {"step", "exp_avg", "exp_avg_sq"} for s in moments.values())
+    model = code(SNIPPET)["Net"]()
+    model.load_state_dict(state["model"])
+    torch.optim.Adam(model.parameters()).load_state_dict(state["optimizer"])
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus(tmp_path):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    tables = held_table(result.stdout, LABELS)
+    assert tables["ZeroRedundancyOptimizer"][0][2] <= 0.52 * tables["Adam"][0][2]
+    assert_same_weights(saved(result, "zero1.pt")["model"], reference(SNIPPET), atol=GPU_ATOL)
