@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+sys.path.insert(0, str(Path(__file__).parent / "_diagrams"))  # diagrams drawn at build time
 
 project = "Distributed PyTorch on HPC clusters"
 author = "The guide's authors"
@@ -19,6 +20,7 @@ extensions = [
     "sphinx.ext.extlinks",
     "lesson",
     "snippets",
+    "diagrams",
 ]
 
 try:  # the spell checker needs the enchant C library (Debian: libenchant-2-2)
@@ -55,12 +57,16 @@ copybutton_only_copy_prompt_lines = False
 html_theme = "sphinx_book_theme"
 html_title = "Distributed PyTorch on HPC clusters"
 html_static_path = ["_static"]
-html_css_files = ["lesson.css"]
+html_css_files = ["lesson.css", "site.css"]
+html_js_files = ["a11y.js"]
 html_theme_options = {
     "navbar_persistent": [],
     "show_toc_level": 2,
     "use_download_button": False,
     "home_page_in_toc": True,
+    # The theme loads Sphinx's search index on every page: use it to show results as the
+    # reader types in the search box.
+    "search_as_you_type": True,
 }
 html_last_updated_fmt = None
 

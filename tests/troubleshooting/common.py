@@ -1,0 +1,84 @@
+"""Helpers for the tests of docs/troubleshooting: several runs at once, and the error
+lines a failing run printed, captured like output so that the pages can show them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+from harness.launch import BIN, Launch, Output, Proc, Result, launcher, run
+from harness.outputs import check_output
+
+#: How gloo reports a collective that a peer never joined, or left. Which side notices
+#: first is a race: a receive or a send that timed out, or a connection the other
+#: side already closed.
+GLOO_ERROR = (r"Timed out waiting \S+ for (send|recv) operation to complete"
+              r"|Connection closed by peer|Read error|Connection reset by peer")
+
+#: What changes from run to run in gloo's and c10d's messages.
+ERROR_MASKS = [
+    (r"\]:\d+", "]:<port>"),  # [127.0.0.1]:41234
+    (r"pair\.cc:\d+|unbound_buffer\.cc:\d+", "<gloo source>"),
+    (f"(?:{GLOO_ERROR}).*", "<gloo error>"),
+    (r"\[W\d{4} [\d:.]+ ", "[W<time> "),
+    (r"\bport: \d+", "port: <n>"),
+    (r"(\.invalid), \d+\)", r"\1, <port>)"),
+]
+
+
+def run_together(**launches: dict) -> dict[str, Result]:
+    """Start several launches at once (the failing ones mostly wait on a timeout).
+
+    Each value holds the keyword arguments of :func:`harness.launch.run`, with the
+    snippet under "script" and its command-line arguments under "args".
+    """
+    def start(kwargs):
+        kwargs = dict(kwargs)
+        return run(kwargs.pop("script"), *kwargs.pop("args", ()), **kwargs)
+
+    with ThreadPoolExecutor(max_workers=len(launches)) as pool:
+        futures = {name: pool.submit(start, kwargs) for name, kwargs in launches.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def bug_and_fix(script: str, timeout: int = 5) -> dict[str, Result]:
+    """The snippet run twice at once with torchrun on 2 processes: as shown, with a short
+    collective timeout (``bug``), and with ``--fix`` (``fix``)."""
+    common = dict(script=script, launcher="torchrun", nproc=2, timeout=90, check=False)
+    return run_together(bug=dict(common, args=["--timeout", str(timeout)]),
+                        fix=dict(common, args=["--fix"]))
+
+
+def check_gloo_hang(result: Result) -> None:
+    """The run failed by itself (not killed by the harness) with gloo's error on every
+    rank that reported, and those lines match <snippet>.hang.out."""
+    assert not result.timed_out and result.returncode != 0, result.report()
+    lines = error_lines(result)
+    assert lines and all(re.search(GLOO_ERROR, line) for line in lines), result.report()
+    check_errors(result, "hang", lines)
+
+
+def error_lines(result: Result, pattern: str = r"^\[rank\d+\]: \w*(Error|Exception)\b") -> list[str]:
+    """The lines of every process's output that match pattern, sorted (ranks race)."""
+    return sorted({line for line in result.text.splitlines() if re.search(pattern, line)})
+
+
+def check_errors(result: Result, variant: str, lines: list[str]) -> None:
+    """Compare (or record) these lines with <snippet>.<variant>.out, as check_output does."""
+    assert lines, result.report()
+    shown = Output("errors", 0, "\n".join(lines) + "\n", "")
+    check_output(dataclasses.replace(result, outputs=[shown]), variant, masks=ERROR_MASKS)
+
+
+@launcher("torchrun-static-at")
+def _torchrun_static_at(l: Launch) -> list[Proc]:
+    """Like torchrun-static, with rank 0's node given as options master_addr and master_port."""
+    address = l.options.get("master_addr", "127.0.0.1")
+    port = l.options.get("master_port", l.port)
+    return [
+        Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}", f"--node_rank={i}",
+                          f"--nproc_per_node={l.nproc}", f"--master_addr={address}",
+                          f"--master_port={port}", str(l.script), *l.args])
+        for i in range(l.nnodes)
+    ]

@@ -1,0 +1,47 @@
+"""snippets/troubleshooting/connect.py, shown on docs/troubleshooting/startup.md."""
+
+import socket
+
+import pytest
+
+from harness.outputs import check_output
+from tests.troubleshooting.common import check_errors, error_lines, run_together
+
+SNIPPET = "troubleshooting/connect.py"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    with socket.socket() as busy:  # another program listening on the port
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        common = dict(script=SNIPPET, launcher="torchrun-static-at", nnodes=2, nproc=1,
+                      check=False)
+        return run_together(
+            right=dict(common, check=True),
+            busy_port=dict(common, nnodes=1, master_port=busy.getsockname()[1], timeout=60),
+            # an unknown host: torchrun retries until its own timeout, minutes later
+            unknown_host=dict(common, nnodes=1, master_addr="node17.invalid", timeout=30),
+        )
+
+
+def test_every_process_answers(runs):
+    result = runs["right"]
+    check_output(result)
+    assert result.stdout.startswith("2 of 2 processes answered")
+
+
+def test_a_port_in_use_stops_the_launcher_at_once(runs):
+    result = runs["busy_port"]
+    assert not result.timed_out and result.returncode != 0, result.report()
+    lines = error_lines(result, r"DistNetworkError: .*EADDRINUSE")
+    check_errors(result, "port-in-use", lines[:1])
+
+
+def test_an_unknown_host_name_keeps_the_launcher_retrying(runs):
+    result = runs["unknown_host"]
+    assert result.timed_out, result.report()  # still trying when it was stopped
+    assert not result.ranks_started  # no process ever started
+    lines = error_lines(result, r"node17\.invalid.*Name or service not known")
+    assert len(lines) >= 1, result.report()
+    check_errors(result, "unknown-host", lines[:1])

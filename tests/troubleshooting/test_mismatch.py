@@ -1,0 +1,85 @@
+"""snippets/troubleshooting/mismatch.py, shown on docs/troubleshooting/hangs.md."""
+
+import os
+import pickle
+import re
+import runpy
+
+import pytest
+import torch
+
+from harness.launch import run, snippet
+from harness.outputs import check_output
+from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
+
+SNIPPET = "troubleshooting/mismatch.py"
+TIMEOUT = 5  # seconds, as the page's command says
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=90, check=False)
+    return run_together(
+        bug=dict(common, args=["--timeout", str(TIMEOUT)]),
+        fix=dict(common, args=["--fix"], workdir=tmp_path_factory.mktemp("fix")),
+        detail=dict(common, args=["--fix"], env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
+    )
+
+
+def test_rank_0_alone_in_a_collective_fails_both_ranks_after_the_timeout(runs):
+    result = runs["bug"]
+    assert not result.timed_out and result.returncode != 0, result.report()
+    assert "validation loss" not in result.stdout  # rank 0 never got past evaluate()
+    lines = error_lines(result)
+    assert {line[:7] for line in lines} == {"[rank0]", "[rank1]"}, result.report()
+    # the first rank to give up says why; the other may only see that it left
+    assert any(f"Timed out waiting {TIMEOUT * 1000}ms" in line for line in lines), lines
+    assert all(re.search(GLOO_ERROR, line) for line in lines), lines
+    check_errors(result, "hang", lines)
+
+
+def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(runs):
+    result = runs["fix"]
+    assert result.ok, result.report()
+    check_output(result, "fix")
+    printed = [float(line.split()[-1]) for line in result.stdout.splitlines()
+               if "validation loss" in line]
+    assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
+    # the all-reduced mean over both ranks' shares equals the mean over the whole set
+    code = runpy.run_path(str(snippet(SNIPPET)))
+    x, y = code["make_data"](64, seed=2).tensors
+    model = torch.nn.Linear(8, 1)
+    model.load_state_dict(torch.load(result.workdir / "checkpoint.pt", weights_only=True))
+    with torch.no_grad():
+        whole = torch.nn.functional.mse_loss(model(x), y).item()
+    assert printed[-1] == pytest.approx(whole, abs=5e-5)
+
+
+def test_detail_makes_ddp_crash_on_gloo(runs):
+    """torch 2.13: TORCH_DISTRIBUTED_DEBUG=DETAIL with gloo kills DDP at construction."""
+    result = runs["detail"]
+    assert result.returncode != 0 and "Signal 11 (SIGSEGV)" in result.text, result.report()
+    assert "validation loss" not in result.stdout
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_detail_names_the_mismatched_collectives(tmp_path):
+    result = run(SNIPPET, "--timeout", "60", launcher="torchrun", nproc=2, check=False,
+                 timeout=120, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert result.returncode != 0
+    assert "Detected mismatch between collectives on ranks" in result.text, result.report()
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_nccl_debug_logs_and_the_flight_recorder_dumps(tmp_path):
+    env = {"NCCL_DEBUG": "INFO", "TORCH_FR_BUFFER_SIZE": "2000",
+           "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_")}
+    result = run(SNIPPET, "--timeout", "20", launcher="torchrun", nproc=2, check=False,
+                 timeout=180, env=env)
+    assert result.returncode != 0
+    assert "NCCL INFO" in result.text, result.report()
+    dumps = sorted(tmp_path.glob("fr_*"))
+    assert [d.name for d in dumps] == ["fr_0", "fr_1"], os.listdir(tmp_path)
+    for dump in dumps:
+        entries = pickle.loads(dump.read_bytes())["entries"]
+        assert any("all_reduce" in e["profiling_name"] for e in entries)

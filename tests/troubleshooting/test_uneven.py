@@ -1,0 +1,27 @@
+"""snippets/troubleshooting/uneven.py, shown on docs/troubleshooting/hangs.md."""
+
+import pytest
+
+from harness.outputs import check_output
+from tests.troubleshooting.common import bug_and_fix, check_gloo_hang
+
+SNIPPET = "troubleshooting/uneven.py"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return bug_and_fix(SNIPPET)
+
+
+def test_the_rank_with_more_batches_waits_for_the_others(runs):
+    result = runs["bug"]
+    check_gloo_hang(result)
+
+
+def test_join_lets_every_rank_finish_with_the_same_parameters(runs):
+    result = runs["fix"]
+    assert result.ok, result.report()
+    check_output(result, "fix")
+    # 64 and 96 samples in batches of 16
+    assert result.stdout.splitlines() == ["steps per rank: [4, 6]",
+                                          "parameters identical on all ranks: True"]
