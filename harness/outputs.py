@@ -22,6 +22,8 @@ MASKS = [
     (re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)? ?(s|ms|sec|seconds|samples/s|it/s)\b"), "<time>"),
     (re.compile(r"\b(port|pid|PID)[ =:]+\d+"), r"\1 <n>"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
+    # columns of figures are right-aligned: a masked figure may change the padding
+    (re.compile(r" {2,}"), " "),
 ]
 
 

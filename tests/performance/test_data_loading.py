@@ -1,0 +1,54 @@
+"""snippets/performance/data_loading.py, shown on docs/performance/data_loading.md."""
+
+import os
+import re
+
+import pytest
+from torch.utils.data.distributed import DistributedSampler
+
+from harness.launch import run
+from harness.outputs import check_output
+
+SNIPPET = "performance/data_loading.py"
+RANKS, SAMPLES = 2, 128
+MASKS = [(r"\d+ CPUs usable", "<n> CPUs usable")]
+
+
+def check_run(stdout):
+    # Each rank's shard is what DistributedSampler gives for its rank and epoch, and together
+    # the shards hold every sample once.
+    for epoch in range(2):
+        shards = []
+        for rank in range(RANKS):
+            sampler = DistributedSampler(range(SAMPLES), num_replicas=RANKS, rank=rank, seed=0)
+            sampler.set_epoch(epoch)
+            shards.append(list(sampler))
+            assert (
+                f"epoch {epoch}, rank {rank}: {SAMPLES // RANKS} samples, first {shards[-1][:6]}"
+                in stdout
+            )
+        assert sorted(shards[0] + shards[1]) == list(range(SAMPLES))
+        assert f"epoch {epoch}: every sample exactly once: True" in stdout
+    rates = {int(w): float(r) for w, r in re.findall(r"^ +(\d+) +(\d+) samples/s$", stdout, re.M)}
+    assert list(rates) == [0, 1, 2, 4]
+    assert rates[4] > 1.5 * max(rates[0], rates[1])  # 4 workers wait at the same time
+    first = dict(
+        re.findall(r"persistent_workers=(\w+): first batch of epoch 2 after (\d+) ms", stdout)
+    )
+    assert int(first["True"]) < int(first["False"])  # no workers to start again
+
+
+def test_shards_and_throughput_on_cpu():
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
+    check_output(result, masks=MASKS)
+    assert "CPU-only figures" in result.stdout
+    check_run(result.stdout)
+    if len(os.sched_getaffinity(0)) < 4:  # PyTorch warns when workers outnumber the CPUs
+        assert "This DataLoader will create 4 worker processes in total" in result.text
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_with_pinned_memory():
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
+    assert "GPU figures" in result.stdout
+    check_run(result.stdout)

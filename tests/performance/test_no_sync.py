@@ -1,0 +1,63 @@
+"""snippets/performance/no_sync.py, shown on docs/performance/no_sync.md."""
+
+import pytest
+import torch
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.performance.reference import assert_state_close, full_batch_reference
+
+SNIPPET = "performance/no_sync.py"
+RANKS, ACCUMULATE, BATCH = 2, 4, 8
+MASKS = [(r"\d\.\de-\d+", "<diff>")]
+
+
+def rows(stdout):
+    """{'without': (calls, bytes), 'with no_sync()': (calls, bytes)} from the printed table."""
+    table = {}
+    for line in stdout.splitlines():
+        for name in ("without", "with no_sync()"):
+            if line.startswith(name):
+                calls, nbytes = line[len(name) :].split()
+                table[name] = (float(calls), int(nbytes.replace(",", "")))
+    return table
+
+
+def check_run(workdir, atol):
+    result = run(
+        SNIPPET, "--accumulate", ACCUMULATE, launcher="torchrun", nproc=RANKS, workdir=workdir
+    )
+    table = rows(result.stdout)
+    state = torch.load(workdir / "no_sync.pt", map_location="cpu", weights_only=True)
+    model_bytes = sum(t.numel() * t.element_size() for t in state.values())
+    # one all-reduce per micro-batch without no_sync(), one per accumulation window with it
+    assert table["without"] == (ACCUMULATE, ACCUMULATE * model_bytes)
+    assert table["with no_sync()"] == (1, model_bytes)
+    # Accumulating k micro-batches of B on N processes is one step on a batch of k * B * N.
+    reference = full_batch_reference(
+        SNIPPET,
+        loss_fn=torch.nn.functional.mse_loss,
+        batch_size=ACCUMULATE * BATCH * RANKS,
+        epochs=2,
+        make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+    )
+    assert_state_close(state, reference, atol)
+    return result
+
+
+def test_no_sync_all_reduces_once_per_window_and_trains_the_same(tmp_path):
+    check_output(check_run(tmp_path, atol=1e-6), masks=MASKS)
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus(tmp_path):
+    check_run(tmp_path, atol=1e-4)
+
+
+def test_forward_outside_no_sync_still_all_reduces(exercise_checks):
+    """The page's exercise: no_sync() must cover the forward pass too."""
+    assert exercise_checks["no_sync_placement"] == {
+        "nowhere": ACCUMULATE,
+        "forward and backward": 1,
+        "backward only": ACCUMULATE,
+    }

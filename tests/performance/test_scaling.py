@@ -1,0 +1,100 @@
+"""snippets/performance/scaling.py and its job script snippets/performance/scaling.sbatch,
+shown on docs/performance/scaling.md.
+
+The benchmark runs as the job script runs it, with the variables its srun tasks set (the
+`env` launcher), into one results file, for 1, 2 and 4 ranks.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.launch import ROOT, run, snippet
+from harness.outputs import check_output
+from tests.performance.reference import snippet_code
+
+SNIPPET = "performance/scaling.py"
+JOB_SCRIPT = "performance/scaling.sbatch"
+# The page's CPU figures use these, to finish in seconds.
+SMALL = ("--steps", "10", "--warmup", "2", "--width", "256", "--batch-size", "64")
+PAGE_PLOT = ROOT / "docs" / "performance" / "scaling_cpu.png"
+MASKS = [(r"\d+\.\d\dx", "<speed-up>"), (r"\d+%", "<efficiency>")]
+
+
+def rows(stdout):
+    """[(ranks, samples/s, speed-up, efficiency)] from the printed table."""
+    found = re.findall(r"^ +(\d+) +(\d+) samples/s +([\d.]+)x +(\d+)%$", stdout, re.M)
+    return [(int(n), float(rate), float(speedup), int(eff)) for n, rate, speedup, eff in found]
+
+
+def png_size(path):
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("scaling")
+    results = {n: run(SNIPPET, *SMALL, launcher="env", nproc=n, workdir=workdir) for n in (1, 2, 4)}
+    return workdir, results
+
+
+def test_each_run_adds_its_row_and_prints_the_table(runs):
+    workdir, results = runs
+    for n, result in results.items():
+        table = rows(result.stdout)
+        assert [row[0] for row in table] == [r for r in (1, 2, 4) if r <= n]
+        assert table[0][2:] == (1.0, 100)  # the base run
+        for ranks, rate, speedup, efficiency in table:
+            assert rate > 0
+            assert abs(speedup / ranks * 100 - efficiency) <= 1  # efficiency = speed-up / ranks
+    assert len((workdir / "scaling.jsonl").read_text().splitlines()) == 3
+    check_output(results[4], masks=MASKS)
+    assert results[4].stdout.startswith("CPU, gloo: 4 x 256 MLP, batch 64 per rank")
+
+
+def test_the_plot_is_a_png(runs):
+    workdir, _ = runs
+    assert png_size(workdir / "scaling.png") == (900, 350)
+    if os.environ.get("UPDATE_OUTPUTS") == "1":  # the page shows this run's plot
+        shutil.copyfile(workdir / "scaling.png", PAGE_PLOT)
+    assert png_size(PAGE_PLOT) == (900, 350)
+
+
+def test_bad_arguments_give_a_clear_error(capsys, monkeypatch):
+    parse_args = snippet_code(SNIPPET)["parse_args"]  # main() calls it before anything else
+    monkeypatch.setattr("sys.argv", ["scaling.py"])  # as `python scaling.py ...` would see it
+    for argv, message in (
+        (["--steps", "0"], "scaling.py: error: argument --steps: must be at least 1, not 0"),
+        (["--plot", "scaling.pdf"], "scaling.py: error: --plot must name a .png file"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(argv)
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_job_script_is_valid_bash_that_runs_the_benchmark_for_several_rank_counts():
+    path = snippet(JOB_SCRIPT)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    text = path.read_text()
+    assert re.search(r"^#SBATCH --time=", text, re.M)
+    assert "for n in 1 2 4 8; do" in text and 'srun --nodes="$nodes" --ntasks="$n"' in text
+    assert "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS" in text
+    command = re.search(r"exec python scaling.py (.*)'", text).group(1)
+    snippet_code(SNIPPET)["parse_args"](shlex.split(command))  # arguments the benchmark accepts
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus(tmp_path):
+    for n in (1, 2):
+        result = run(SNIPPET, launcher="torchrun", nproc=n, workdir=tmp_path)
+    assert [row[0] for row in rows(result.stdout)] == [1, 2]
+    assert ", nccl: " in result.stdout
