@@ -9,7 +9,7 @@ DOCS := docs
 BUILD := $(DOCS)/_build
 PYTEST_ARGS ?=
 
-.PHONY: help html livehtml spelling linkcheck test test-gpu test-extras outputs bench clean
+.PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
 
 help:
 	@echo "make html       build the site into $(BUILD)/html"
@@ -46,6 +46,9 @@ test: $(STAMP)
 test-gpu: $(STAMP)
 	$(BIN)/pytest -m multigpu $(PYTEST_ARGS)
 
+test-browser: $(STAMP)
+	$(BIN)/pytest -m browser $(PYTEST_ARGS)
+
 outputs: $(STAMP)
 	UPDATE_OUTPUTS=1 $(BIN)/pytest -m "not multigpu" $(PYTEST_ARGS)
 
@@ -54,3 +57,25 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(BUILD)
+
+# The "Beyond plain PyTorch" chapter's tests. Accelerate and Horovod go into .venv beside
+# torch (Horovod built from source by the script the chapter shows; its wheel is kept in
+# ~/.cache/horovod-wheels), TensorFlow into a venv of its own.
+EXTRAS_STAMP := $(VENV)/.installed-extras
+TF_VENV := .venv-tf
+TF_STAMP := $(TF_VENV)/.installed
+TF_PACKAGES := tensorflow-cpu==2.21.0 tf-keras==2.21.0
+
+$(EXTRAS_STAMP): $(STAMP) requirements-extras.txt snippets/frameworks/build_horovod.sh
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-extras.txt
+	PYTHON=$(CURDIR)/$(BIN)/python bash snippets/frameworks/build_horovod.sh
+	touch $@
+
+$(TF_STAMP): Makefile
+	test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	echo '*' > $(TF_VENV)/.gitignore  # as Python 3.13's venv does: git ignores the venv
+	$(TF_VENV)/bin/pip install --quiet --disable-pip-version-check $(TF_PACKAGES)
+	touch $@
+
+test-extras: $(EXTRAS_STAMP) $(TF_STAMP)
+	$(BIN)/pytest -m extras $(PYTEST_ARGS)

@@ -1,0 +1,64 @@
+"""snippets/frameworks/accelerate_train.py, shown on docs/frameworks/accelerate.md."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from harness.launch import snippet
+from harness.outputs import check_output
+from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
+                                     run_every_rank_saves, saved, without_deepspeed_noise)
+
+SNIPPET = "frameworks/accelerate_train.py"
+MULTI = ["--multi_gpu", "--num_processes", "2"]  # what the page tells readers to run
+
+pytestmark = [pytest.mark.extras, needs_accelerate]
+
+
+@functools.cache
+def accelerate_launch():
+    return accelerate(SNIPPET, nproc=2, flags=MULTI)
+
+
+def accelerate(script, **kwargs):
+    return without_deepspeed_noise(run_every_rank_saves(script, launcher="accelerate", **kwargs))
+
+
+def test_accelerate_launch_starts_two_processes_that_end_identical():
+    result = accelerate_launch()
+    check_output(result)
+    assert result.stdout.startswith("processes: 2, MULTI_CPU on cpu\n")
+    assert result.ranks_started == {0, 1}  # two ranks joined one process group
+    assert "final parameters identical on all 2 processes" in result.stdout
+    assert_every_rank_holds_the_same(result, 2)
+    # 1024 samples, 16 per step and process: 32 steps each, so each process read half the data
+    assert result.stdout.count("(32 steps per process)") == 3
+
+
+def test_torchrun_runs_the_same_script_to_the_same_parameters():
+    result = run_every_rank_saves(SNIPPET, launcher="torchrun", nproc=2)
+    assert result.stdout.startswith("processes: 2, MULTI_CPU on cpu\n")
+    assert_every_rank_holds_the_same(result, 2)
+    for a, b in zip(saved(result, 0), saved(accelerate_launch(), 0)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cpu_flag_with_two_processes_starts_only_one():
+    result = accelerate(SNIPPET, nproc=1, flags=["--cpu", "--num_processes", "2"])
+    check_output(result, "cpu-flag")
+    assert result.stdout.startswith("processes: 1, NO on cpu\n")
+    assert result.stdout.count("(64 steps per process)") == 3  # all the data in one process
+
+
+@pytest.mark.parametrize("launcher", ["accelerate", "torchrun"])
+def test_without_cpu_true_processes_on_a_machine_without_gpus_train_alone(tmp_path, launcher):
+    """What the snippet's comment on Accelerator(cpu=...) warns about, shown by removing it."""
+    source = snippet(SNIPPET).read_text()
+    assert "Accelerator(cpu=not torch.cuda.is_available())" in source
+    alone = tmp_path / "accelerate_train.py"
+    alone.write_text(source.replace("Accelerator(cpu=not torch.cuda.is_available())", "Accelerator()"))
+    result = run_every_rank_saves(alone, launcher=launcher, nproc=2, flags=MULTI)
+    lines = result.stdout.splitlines()
+    assert lines.count("processes: 1, NO on cpu") == 2  # both processes print: each is "main"
+    assert result.stdout.count("(64 steps per process)") == 6  # each read all the data

@@ -1,0 +1,45 @@
+"""snippets/frameworks/ddp_from_horovod.py, shown on docs/frameworks/horovod.md: the DDP
+translation of horovod_train.py ends with the same parameters on the same data."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from harness.outputs import check_output
+from tests.ddp.test_train import check_text
+from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
+from tests.frameworks.test_horovod_train import horovodrun_two_processes
+
+SNIPPET = "frameworks/ddp_from_horovod.py"
+
+pytestmark = [pytest.mark.extras, needs_horovod]
+
+
+def losses(stdout: str) -> list[str]:
+    return re.findall(r"^.*(epoch \d+/\d+  last-step loss [\d.]+)$", stdout, re.M)
+
+
+def test_the_ddp_translation_trains_exactly_as_horovod():
+    ddp = run_every_rank_saves(SNIPPET, launcher="torchrun", nproc=2)
+    check_output(ddp)
+    assert ddp.stdout.startswith("2 processes, gloo backend, on cpu")
+    assert "final parameters identical on all 2 processes" in ddp.stdout
+    horovod = horovodrun_two_processes()
+    assert losses(ddp.stdout) == losses(horovod.stdout) and len(losses(ddp.stdout)) == 3
+
+    # Every rank of both runs held the same parameters; what rank 0 saved is what it held.
+    held = assert_every_rank_holds_the_same(ddp, 2)
+    for a, b in zip(held, assert_every_rank_holds_the_same(horovod, 2)):
+        np.testing.assert_array_equal(a, b)
+    ddp_saved = torch.load(ddp.workdir / "model.pt", weights_only=True)
+    horovod_saved = torch.load(horovod.workdir / "model.pt", weights_only=True)
+    assert ddp_saved.keys() == horovod_saved.keys()
+    lines = [f"{'tensor':<10}{'shape':>10}{'largest difference':>20}"]
+    for (name, a), b in zip(ddp_saved.items(), held):
+        np.testing.assert_array_equal(a.numpy(), b)
+        difference = (a - horovod_saved[name]).abs().max().item()
+        lines.append(f"{name:<10}{'x'.join(map(str, a.shape)):>10}{difference:>20}")
+        assert difference == 0, name
+    check_text("\n".join(lines) + "\n", SNIPPET, "compare")

@@ -1,0 +1,47 @@
+"""snippets/frameworks/horovod_train.py, shown on docs/frameworks/horovod.md."""
+
+import functools
+import shutil
+
+import numpy as np
+import pytest
+
+from harness.outputs import check_output
+from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
+
+SNIPPET = "frameworks/horovod_train.py"
+
+pytestmark = [pytest.mark.extras, needs_horovod]
+
+
+def horovod_built_with_mpi() -> bool:
+    import horovod.torch as hvd  # only when the tests run: importing it imports torch
+
+    return hvd.mpi_built()
+
+
+@functools.cache
+def horovodrun_two_processes():
+    """What the page tells readers to run first: horovodrun with Horovod's Gloo controller."""
+    return run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2)
+
+
+def test_horovodrun_starts_two_processes_that_end_identical():
+    result = horovodrun_two_processes()
+    check_output(result)
+    assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cpu")
+    assert "final parameters identical on all 2 processes" in result.stdout
+    assert_every_rank_holds_the_same(result, 2)
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_mpirun_ends_with_the_parameters_of_horovodrun():
+    if not horovod_built_with_mpi():
+        pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
+    result = run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=2)
+    check_output(result, "mpirun")
+    assert result.stdout.startswith("2 processes, MPI controller, on cpu")
+    params = assert_every_rank_holds_the_same(result, 2)
+    for a, b in zip(params, assert_every_rank_holds_the_same(horovodrun_two_processes(), 2)):
+        np.testing.assert_array_equal(a, b)
