@@ -13,6 +13,7 @@ group, and the failure message holds the tail of every process's output.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -202,6 +203,17 @@ def _mpirun(l: Launch) -> list[Proc]:
                             sys.executable, str(l.script), *l.args])]
 
 
+#: How a process that died of SIGABRT or SIGSEGV shows in its own stderr or torchrun's
+#: report. torch 2.13's gloo backend occasionally aborts this way at interpreter exit,
+#: after the work is done ("terminate called without an active exception").
+CRASH = re.compile(r"terminate called without an active exception"
+                   r"|Signal (6|11) \((SIGABRT|SIGSEGV)\) received"
+                   r"|exitcode\s*: -(6|11) ")
+#: In the message of a run that failed so: pyproject.toml lets pytest run such a test
+#: once more (pytest-rerunfailures, ``--only-rerun``), and the summary shows the rerun.
+CRASH_MESSAGE = "a process died of SIGABRT or SIGSEGV"
+
+
 def _expected_ranks(name: str, nproc: int, nnodes: int) -> int | None:
     if name == "python":
         return None  # a plain script may start no ranks, or spawn its own
@@ -295,6 +307,9 @@ def run(
         if world_size is not None and ranks != set(range(world_size)):
             problems.append(f"ranks {sorted(set(range(world_size)) - ranks)} never joined "
                             f"the process group (expected {world_size})")
+        if problems and (any(c in (-6, -11) for c in codes)
+                         or any(CRASH.search(o.stderr) for o in outputs)):
+            problems.append(CRASH_MESSAGE)
         if problems:
             raise AssertionError("; ".join(problems) + "\n" + result.report())
     return result

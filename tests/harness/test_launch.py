@@ -1,11 +1,12 @@
 """The harness catches what a test must never let through."""
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 
-from harness.launch import SESSION_ID, SESSION_TAG, run, tagged_pids
+from harness.launch import CRASH_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -28,6 +29,17 @@ def test_a_failing_rank_stops_the_run_and_its_traceback_is_reported():
     assert "the run failed" in message
     assert "rank1 stderr" in message and "rank 1 gives up here" in message
     assert "rank 0 waits for rank 1 forever" in message
+
+
+def test_a_crash_is_named_so_that_pytest_runs_the_test_once_more(pytestconfig):
+    with pytest.raises(AssertionError) as failure:
+        run(SCRIPTS / "aborts_at_exit.py", launcher="env", nproc=1, world_size=0)
+    assert CRASH_MESSAGE in str(failure.value)
+    assert pytestconfig.getoption("reruns") == 1
+    assert any(re.search(pattern, CRASH_MESSAGE) for pattern in pytestconfig.getoption("only_rerun"))
+    with pytest.raises(AssertionError) as failure:
+        run(SCRIPTS / "rank1_fails.py", launcher="env", nproc=2, timeout=60)
+    assert CRASH_MESSAGE not in str(failure.value)
 
 
 def test_a_run_that_prints_nothing_fails():
