@@ -188,7 +188,7 @@ def collectives(n=4):
         d.line(x0 + 158, y0 + 28 + n * (cell_h + 4) / 2, x0 + 174, y0 + 28 + n * (cell_h + 4) / 2)
     alt = (f"What each collective does, with {n} ranks r0 to r{n - 1}: the data on each rank "
            "before (left) and after (right). broadcast copies A0 from rank 0 to all; scatter "
-           "gives chunk Ai of rank 0 to rank i; gather collects every rank's value on rank 0; "
+           "gives chunk i of rank 0 to rank i; gather collects every rank's value on rank 0; "
            "reduce sums them on rank 0; all_gather gives every rank all values; "
            "reduce_scatter sums chunk i over all ranks onto rank i; all_reduce gives every "
            "rank the sum; all_to_all sends chunk j of rank i to rank j.")

@@ -9,6 +9,8 @@ light and dark themes), named for screen readers by its alt text, which diagram_
 writes next to the drawing. Other builders get the alt text as a paragraph.
 """
 
+import sys
+
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx.util.docutils import SphinxDirective
@@ -24,6 +26,8 @@ class Diagram(SphinxDirective):
         name = self.arguments[0]
         if name not in FIGURES:
             raise self.error(f"no diagram {name!r}; known: {', '.join(sorted(FIGURES))}")
+        for module in ("diagram_figures", "diagram_svg"):  # rebuild pages when a drawing changes
+            self.env.note_dependency(sys.modules[module].__file__)
         drawing, alt = FIGURES[name]()
         figure = nodes.figure(classes=["diagram"])
         figure += nodes.raw("", drawing.svg(name, alt), format="html")
