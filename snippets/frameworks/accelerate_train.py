@@ -46,7 +46,9 @@ def main():
     # Without cpu=True, processes on a machine without GPUs do not join each other:
     # each one would train alone on all the data.
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    accelerator.print(
+    # accelerator.print() prints once per node: only the job's process 0 prints here
+    say = print if accelerator.is_main_process else lambda *args: None
+    say(
         f"processes: {accelerator.num_processes}, "
         f"{accelerator.distributed_type.value} on {accelerator.device.type}"
     )
@@ -67,7 +69,7 @@ def main():
             accelerator.backward(loss)  # instead of loss.backward()
             optimizer.step()
         average = accelerator.reduce(loss.detach(), reduction="mean")
-        accelerator.print(
+        say(
             f"epoch {epoch + 1}/{args.epochs}  last-step loss {average.item():.4f}"
             f"  ({len(loader)} steps per process)"
         )
@@ -77,14 +79,14 @@ def main():
     everyone = accelerator.gather(checksum.unsqueeze(0))  # one row per process
     if not torch.equal(everyone, checksum.expand_as(everyone)):
         raise RuntimeError(f"parameters differ between processes: {everyone.tolist()}")
-    accelerator.print(
+    say(
         f"final parameters identical on all {accelerator.num_processes} processes"
     )
 
     accelerator.wait_for_everyone()
-    # save() writes on the main process only; unwrap_model() takes off the DDP wrapper
+    # save() writes on process 0 only; unwrap_model() takes off the DDP wrapper
     accelerator.save(accelerator.unwrap_model(model).state_dict(), args.save)
-    accelerator.print(f"saved {args.save}")
+    say(f"saved {args.save}")
     accelerator.end_training()  # destroys the process group
 
 

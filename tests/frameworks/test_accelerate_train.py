@@ -1,14 +1,17 @@
-"""snippets/frameworks/accelerate_train.py, shown on docs/frameworks/accelerate.md."""
+"""snippets/frameworks/accelerate_train.py and its job script
+snippets/frameworks/accelerate_train.sbatch, shown on docs/frameworks/accelerate.md."""
 
 import functools
 
 import numpy as np
 import pytest
+import torch
 
-from harness.launch import snippet
+from harness.launch import run, snippet
 from harness.outputs import check_output
 from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
                                      run_every_rank_saves, saved, without_deepspeed_noise)
+from tests.slurm.jobs import job_end, submit
 
 SNIPPET = "frameworks/accelerate_train.py"
 MULTI = ["--multi_gpu", "--num_processes", "2"]  # what the page tells readers to run
@@ -62,3 +65,20 @@ def test_without_cpu_true_processes_on_a_machine_without_gpus_train_alone(tmp_pa
     lines = result.stdout.splitlines()
     assert lines.count("processes: 1, NO on cpu") == 2  # both processes print: each is "main"
     assert result.stdout.count("(64 steps per process)") == 6  # each read all the data
+
+
+@pytest.mark.slurm
+def test_the_job_script_trains_on_two_nodes_as_four_processes_on_one():
+    # 2 GPUs per node, 1 thread per process: as a reader edits it for smaller nodes
+    job = submit("frameworks/accelerate_train.sbatch", files=(SNIPPET,), world_size=4,
+                 sbatch_args=["--gpus-per-node=2", "--cpus-per-task=2"])
+    check_output(without_deepspeed_noise(job), "slurm")
+    assert job.stdout.startswith("processes: 4, MULTI_CPU on cpu\n")  # printed once, not per node
+    assert job.stdout.count("saved model.pt") == 1
+    assert job_end(job)["state"] == "COMPLETED"
+    one_node = run(SNIPPET, launcher="torchrun", nproc=4)
+    ours = torch.load(job.workdir / "model.pt", weights_only=True)
+    theirs = torch.load(one_node.workdir / "model.pt", weights_only=True)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key

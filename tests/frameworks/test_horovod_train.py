@@ -1,13 +1,16 @@
-"""snippets/frameworks/horovod_train.py, shown on docs/frameworks/horovod.md."""
+"""snippets/frameworks/horovod_train.py and its job script snippets/frameworks/horovod_train.sbatch,
+shown on docs/frameworks/horovod.md."""
 
 import functools
 import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from harness.outputs import check_output
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
+from tests.slurm.jobs import job_end, submit
 
 SNIPPET = "frameworks/horovod_train.py"
 
@@ -45,3 +48,20 @@ def test_mpirun_ends_with_the_parameters_of_horovodrun():
     params = assert_every_rank_holds_the_same(result, 2)
     for a, b in zip(params, assert_every_rank_holds_the_same(horovodrun_two_processes(), 2)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slurm
+def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
+    if not horovod_built_with_mpi():
+        pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
+    # 2 GPUs and 2 tasks on the node, 1 CPU each: as a reader edits it for a smaller node
+    result = submit("frameworks/horovod_train.sbatch", files=("frameworks/horovod_train.py",),
+                    sbatch_args=["--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1"])
+    check_output(result, "slurm")
+    assert result.stdout.startswith("2 processes, MPI controller, on cpu")
+    assert job_end(result)["state"] == "COMPLETED"
+    saved = torch.load(result.workdir / "model.pt", weights_only=True)
+    expected = assert_every_rank_holds_the_same(horovodrun_two_processes(), 2)
+    assert len(saved) == len(expected)
+    for a, b in zip(saved.values(), expected):
+        np.testing.assert_array_equal(a.numpy(), b)

@@ -1,7 +1,9 @@
-"""snippets/memory/deepspeed_zero.py, shown on docs/memory/deepspeed.md.
+"""snippets/memory/deepspeed_zero.py and its job script snippets/memory/deepspeed_zero.sbatch,
+shown on docs/memory/deepspeed.md.
 
 One run per world size trains with every config file; the ds_config_*.json
-tests check each config's own claims on the same runs.
+tests check each config's own claims on the same runs. The job script runs on the two
+simulated nodes of the local Slurm cluster with 2 processes each.
 """
 
 import pytest
@@ -11,16 +13,17 @@ from harness.outputs import check_output
 from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights, deepspeed_run,
                                deepspeed_tables, needs_deepspeed, reference, saved,
                                with_ds_configs, without_deepspeed_logs)
+from tests.slurm.jobs import submit
 
 SNIPPET = "memory/deepspeed_zero.py"
 pytestmark = needs_deepspeed
 
 
-def assert_every_config_trains_like_one_process(result, ranks, atol=1e-5):
+def assert_every_config_trains_like_one_process(result, ranks, atol=1e-5, configs=DS_CONFIGS):
     tables = deepspeed_tables(result.stdout)
-    assert list(tables) == DS_CONFIGS
+    assert list(tables) == configs
     expected = reference(SNIPPET, clip=1.0)  # the configs clip gradients at norm 1.0
-    for config in DS_CONFIGS:
+    for config in configs:
         assert len(tables[config]) == ranks
         assert_same_weights(saved(result, config.replace(".json", ".pt")), expected, atol)
 
@@ -38,6 +41,17 @@ def test_torchrun(ranks):
     if ranks == 4:
         check_output(without_deepspeed_logs(result), variant="4ranks")
     assert_every_config_trains_like_one_process(result, ranks)
+
+
+@pytest.mark.slurm
+def test_the_job_script_runs_zero3_on_two_nodes():
+    # 2 GPUs per node and 1 thread per process, as a reader edits the script for a
+    # smaller node: world size 4.
+    result = submit("memory/deepspeed_zero.sbatch", world_size=4, timeout=DS_TIMEOUT,
+                    files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"),
+                    sbatch_args=["--gpus-per-node=2", "--cpus-per-task=2"])
+    check_output(without_deepspeed_logs(result), variant="slurm")
+    assert_every_config_trains_like_one_process(result, 4, configs=["ds_config_zero3.json"])
 
 
 @pytest.mark.multigpu(2)
