@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import shutil
 import signal
 import socket
@@ -139,6 +140,12 @@ def snippet(path: str | Path) -> Path:
     return full
 
 
+def snippet_code(path: str | Path) -> dict:
+    """A snippet's module namespace (its classes, functions and constants), loaded as a
+    module and not as ``__main__``, so that its ``main()`` does not run."""
+    return runpy.run_path(str(snippet(path)))
+
+
 @launcher("python")
 def _python(l: Launch) -> list[Proc]:
     """``python script.py``: one process; an ``mp.spawn`` script starts its own ranks."""
@@ -155,11 +162,17 @@ def _torchrun(l: Launch) -> list[Proc]:
 
 @launcher("torchrun-static")
 def _torchrun_static(l: Launch) -> list[Proc]:
-    """One torchrun agent per node, rank 0's node given by --master_addr/--master_port."""
+    """One torchrun agent per node, rank 0's node given by --master_addr/--master_port.
+
+    Options ``master_addr`` (default 127.0.0.1) and ``master_port`` (default: the run's
+    own free port) name another meeting point, as a reader's mistake would.
+    """
+    address = l.options.get("master_addr", "127.0.0.1")
+    port = l.options.get("master_port", l.port)
     return [
         Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}", f"--node_rank={i}",
-                          f"--nproc_per_node={l.nproc}", "--master_addr=127.0.0.1",
-                          f"--master_port={l.port}", str(l.script), *l.args])
+                          f"--nproc_per_node={l.nproc}", f"--master_addr={address}",
+                          f"--master_port={port}", str(l.script), *l.args])
         for i in range(l.nnodes)
     ]
 

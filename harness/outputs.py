@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from harness.launch import Result
+from harness.launch import Result, snippet
 
 #: (pattern, replacement) pairs applied to both sides before comparing.
 MASKS = [
@@ -33,9 +33,9 @@ def mask(text: str, extra: list[tuple[str, str]] = ()) -> str:
     return text
 
 
-def output_path(result: Result, variant: str | None = None) -> Path:
+def output_path(script: Path, variant: str | None = None) -> Path:
     suffix = f".{variant}.out" if variant else ".out"
-    return result.script.with_name(result.script.stem + suffix)
+    return script.with_name(script.stem + suffix)
 
 
 def check_output(result: Result, variant: str | None = None,
@@ -44,8 +44,17 @@ def check_output(result: Result, variant: str | None = None,
 
     ``masks`` adds (regex, replacement) pairs for what else varies in this snippet.
     """
-    path = output_path(result, variant)
-    actual = result.stdout
+    check_text(result.stdout, result.script, variant, masks)
+
+
+def check_text(actual: str, script: str | Path, variant: str | None = None,
+               masks: list[tuple[str, str]] = ()) -> None:
+    """As :func:`check_output`, for text other than a run's stdout (error lines, a diff, a
+    table the test builds from a run) shown from ``<script stem>[.variant].out``.
+
+    ``script`` is a path, or a name relative to ``snippets/``.
+    """
+    path = output_path(snippet(script), variant)
     if os.environ.get("UPDATE_OUTPUTS") == "1":
         path.write_text(actual)
         return

@@ -5,8 +5,8 @@ import re
 import pytest
 
 from harness.launch import run
-from harness.outputs import check_output
-from tests.ddp.test_train import check_text, stderr_lines
+from harness.outputs import check_output, check_text
+from tests.ddp.test_train import stderr_lines
 
 SNIPPET = "ddp/legacy_launch.py"
 

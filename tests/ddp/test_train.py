@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.launch import Launch, Output, Proc, Result, launcher, run, snippet
-from harness.outputs import check_output
+from harness.launch import Launch, Proc, Result, launcher, run, snippet
+from harness.outputs import check_output, check_text
 
 SNIPPET = "ddp/train.py"
 STEP_BATCH = 32  # samples per step over all processes: --batch-size is STEP_BATCH // world size
@@ -77,13 +77,6 @@ dist.destroy_process_group = save_then_destroy
 sys.argv.pop(0)
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
-
-
-def check_text(text: str, script: str, variant: str, masks=()) -> None:
-    """Compare (or record, with UPDATE_OUTPUTS=1) text other than a run's stdout, such as
-    error lines or a diff, with the file <script stem>.<variant>.out a page shows."""
-    shown = Result(snippet(script), "text", 0, False, 0.0, [Output("text", 0, text, "")], set(), Path())
-    check_output(shown, variant, masks)
 
 
 def stderr_lines(result: Result, pattern: str) -> list[str]:

@@ -6,7 +6,8 @@ import re
 import torch
 
 from harness.launch import run, snippet
-from tests.ddp.test_train import SNIPPET as DDP_SNIPPET, check_text, losses
+from harness.outputs import check_text
+from tests.ddp.test_train import SNIPPET as DDP_SNIPPET, losses
 
 SNIPPET = "ddp/train_single.py"
 

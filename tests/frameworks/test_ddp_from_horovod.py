@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.outputs import check_output
-from tests.ddp.test_train import check_text
+from harness.outputs import check_output, check_text
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
 from tests.frameworks.test_horovod_train import horovodrun_two_processes
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from harness.outputs import check_output
-from tests.ddp.test_train import check_text
+from harness.outputs import check_output, check_text
 from tests.frameworks.common import (TF_TIMEOUT, assert_every_rank_holds_the_same, needs_tensorflow,
                                      run_every_rank_saves)
 

@@ -9,7 +9,6 @@ every distributed run must reproduce, and parsers for the tables the snippets pr
 import functools
 import importlib.util
 import re
-import runpy
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from harness.launch import BIN, free_port, run, snippet
+from harness.launch import BIN, free_port, run, snippet, snippet_code
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -34,11 +33,6 @@ DS_NOISE = re.compile(r"^(\[\d{4}-\d\d-\d\d [^\]]*\] .*|DeepSpeed .* built succe
 GPU_ATOL = 1e-4  # one GPU against another: same maths, different kernels
 #: How the suite runs fsdp2.py: ranks -> options.
 FSDP2_RUNS = {1: ("--bf16",), 2: (), 4: ("--offload",)}
-
-
-def code(name):
-    """The snippet's functions and constants, to train the same model in this process."""
-    return runpy.run_path(str(snippet(name)))
 
 
 def workdir():
@@ -71,9 +65,9 @@ def deepspeed_run(nproc):
 
 
 def without_deepspeed_logs(result):
-    """deepspeed_zero.py's output without DeepSpeed's time-stamped log lines, for check_output."""
+    """deepspeed_zero.py's output without DeepSpeed's time-stamped log lines, for check_text."""
     lines = [line for line in result.stdout.splitlines() if not DS_NOISE.match(line)]
-    return SimpleNamespace(script=snippet("memory/deepspeed_zero.py"), stdout="\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 @functools.cache
@@ -90,7 +84,7 @@ def dcp_runs():
 
 @functools.cache
 def _reference(name, epochs, clip):
-    c = code(name)
+    c = snippet_code(name)
     dataset = c["make_dataset"]()
     torch.manual_seed(0)
     model = c["Net"]()

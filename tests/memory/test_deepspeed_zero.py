@@ -9,7 +9,7 @@ simulated nodes of the local Slurm cluster with 2 processes each.
 import pytest
 
 from harness.launch import run
-from harness.outputs import check_output
+from harness.outputs import check_text
 from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights, deepspeed_run,
                                deepspeed_tables, needs_deepspeed, reference, saved,
                                with_ds_configs, without_deepspeed_logs)
@@ -30,7 +30,7 @@ def assert_every_config_trains_like_one_process(result, ranks, atol=1e-5, config
 
 def test_deepspeed_launcher_two_ranks():
     result = deepspeed_run(2)
-    check_output(without_deepspeed_logs(result))
+    check_text(without_deepspeed_logs(result), SNIPPET)
     assert "'--local_rank=1'" in result.stdout  # the launcher logs the command it starts
     assert_every_config_trains_like_one_process(result, 2)
 
@@ -39,7 +39,7 @@ def test_deepspeed_launcher_two_ranks():
 def test_torchrun(ranks):
     result = deepspeed_run(ranks)
     if ranks == 4:
-        check_output(without_deepspeed_logs(result), variant="4ranks")
+        check_text(without_deepspeed_logs(result), SNIPPET, variant="4ranks")
     assert_every_config_trains_like_one_process(result, ranks)
 
 
@@ -50,7 +50,7 @@ def test_the_job_script_runs_zero3_on_two_nodes():
     result = submit("memory/deepspeed_zero.sbatch", world_size=4, timeout=DS_TIMEOUT,
                     files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"),
                     sbatch_args=["--gpus-per-node=2", "--cpus-per-task=2"])
-    check_output(without_deepspeed_logs(result), variant="slurm")
+    check_text(without_deepspeed_logs(result), SNIPPET, variant="slurm")
     assert_every_config_trains_like_one_process(result, 4, configs=["ds_config_zero3.json"])
 
 

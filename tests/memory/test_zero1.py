@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from harness.launch import run
+from harness.launch import run, snippet_code
 from harness.outputs import check_output
-from tests.memory.runs import (GPU_ATOL, assert_same_weights, code, held_table, reference, saved,
+from tests.memory.runs import (GPU_ATOL, assert_same_weights, held_table, reference, saved,
                                torchrun)
 
 SNIPPET = "memory/zero1.py"
@@ -31,7 +31,7 @@ def test_zero1_shards_adam_state_and_trains_like_one_process(ranks):
     moments = state["optimizer"]["state"]
     assert len(moments) == len(state["model"])
     assert all(set(s) == {"step", "exp_avg", "exp_avg_sq"} for s in moments.values())
-    model = code(SNIPPET)["Net"]()
+    model = snippet_code(SNIPPET)["Net"]()
     model.load_state_dict(state["model"])
     torch.optim.Adam(model.parameters()).load_state_dict(state["optimizer"])
 

@@ -4,19 +4,13 @@ Every split model must compute what the unsplit model computes in one process on
 same batch: the same losses and gradients (to 1e-5), hence the same trained weights.
 """
 
-import runpy
 
 import pytest
 import torch
 
-from harness.launch import snippet
+from harness.launch import snippet_code
 
 ATOL = 1e-5
-
-
-def snippet_code(path):
-    """The snippet's module namespace (its classes and functions), without running main()."""
-    return runpy.run_path(str(snippet(path)))
 
 
 def one_process(model, x, y, steps, lr=0.1):

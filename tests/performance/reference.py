@@ -5,18 +5,12 @@ the batch that one process sees with N times the batch size and ``num_replicas=1
 averaged gradients are therefore the full-batch gradients, and the trained weights match.
 """
 
-import runpy
 
 import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from harness.launch import snippet
-
-
-def snippet_code(path):
-    """The snippet's module namespace (its functions), without running main()."""
-    return runpy.run_path(str(snippet(path)))
+from harness.launch import snippet_code
 
 
 def full_batch_reference(path, *, loss_fn, make_optimizer, batch_size, epochs, skipped_steps=0):

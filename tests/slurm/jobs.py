@@ -9,7 +9,6 @@ would edit too; the tests use them only to fit 2-node runs on a 2-core machine.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import torch
 

@@ -9,12 +9,11 @@ same runs (they are shared with tests/memory, so each happens once).
 """
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
-from harness.launch import run, snippet
-from harness.outputs import check_output
+from harness.launch import run
+from harness.outputs import check_output, check_text
 from tests.memory.runs import (FSDP2_RUNS, HAVE_DEEPSPEED, PARAMETERS, deepspeed_run,
                                deepspeed_tables, held_table, needs_deepspeed, torchrun)
 
@@ -95,8 +94,7 @@ def test_measured_against_estimated_table(comparison):
         total = sum(sum(states[c]) for c in CATEGORIES)
         lines.append(f"{n:>5}  {label:<27} {'  '.join(cells)}  "
                      f"{100 * (sum(table[0]) - total) / total:+5.1f}%")
-    check_output(SimpleNamespace(script=snippet(SNIPPET), stdout="\n".join(lines) + "\n"),
-                 variant="validation")
+    check_text("\n".join(lines) + "\n", SNIPPET, variant="validation")
 
 
 #: What the page shows.

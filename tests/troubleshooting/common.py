@@ -3,12 +3,11 @@ lines a failing run printed, captured like output so that the pages can show the
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from harness.launch import BIN, Launch, Output, Proc, Result, launcher, run
-from harness.outputs import check_output
+from harness.launch import Result, run
+from harness.outputs import check_text
 
 #: How gloo reports a collective that a peer never joined, or left. Which side notices
 #: first is a race: a receive or a send that timed out, or a connection the other
@@ -67,18 +66,4 @@ def error_lines(result: Result, pattern: str = r"^\[rank\d+\]: \w*(Error|Excepti
 def check_errors(result: Result, variant: str, lines: list[str]) -> None:
     """Compare (or record) these lines with <snippet>.<variant>.out, as check_output does."""
     assert lines, result.report()
-    shown = Output("errors", 0, "\n".join(lines) + "\n", "")
-    check_output(dataclasses.replace(result, outputs=[shown]), variant, masks=ERROR_MASKS)
-
-
-@launcher("torchrun-static-at")
-def _torchrun_static_at(l: Launch) -> list[Proc]:
-    """Like torchrun-static, with rank 0's node given as options master_addr and master_port."""
-    address = l.options.get("master_addr", "127.0.0.1")
-    port = l.options.get("master_port", l.port)
-    return [
-        Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}", f"--node_rank={i}",
-                          f"--nproc_per_node={l.nproc}", f"--master_addr={address}",
-                          f"--master_port={port}", str(l.script), *l.args])
-        for i in range(l.nnodes)
-    ]
+    check_text("\n".join(lines) + "\n", result.script, variant, masks=ERROR_MASKS)

@@ -15,7 +15,7 @@ def runs():
     with socket.socket() as busy:  # another program listening on the port
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        common = dict(script=SNIPPET, launcher="torchrun-static-at", nnodes=2, nproc=1,
+        common = dict(script=SNIPPET, launcher="torchrun-static", nnodes=2, nproc=1,
                       check=False)
         return run_together(
             right=dict(common, check=True),
