@@ -8,6 +8,9 @@ SPHINXOPTS ?= -W --keep-going -n
 DOCS := docs
 BUILD := $(DOCS)/_build
 PYTEST_ARGS ?=
+# Test files run in parallel, JOBS at a time (pytest-xdist); JOBS=0 runs them one by one.
+JOBS ?= 2
+PARALLEL = -n $(JOBS) --dist loadfile
 
 .PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
 
@@ -41,7 +44,7 @@ linkcheck: $(STAMP)
 	$(SPHINX) $(SPHINXOPTS) -b linkcheck $(DOCS) $(BUILD)/linkcheck
 
 test: $(STAMP)
-	$(BIN)/pytest -m "not extras" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not extras" $(PARALLEL) $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(BIN)/pytest -m multigpu $(PYTEST_ARGS)
@@ -50,7 +53,7 @@ test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)
 
 outputs: $(STAMP)
-	UPDATE_OUTPUTS=1 $(BIN)/pytest -m "not multigpu" $(PYTEST_ARGS)
+	UPDATE_OUTPUTS=1 $(BIN)/pytest -m "not multigpu" $(PARALLEL) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)

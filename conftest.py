@@ -4,11 +4,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from harness import slurm as local_slurm  # registers the sbatch launcher
 from harness.launch import SESSION_ID, SESSION_TAG, kill_tagged
+from harness.outputs import COMPARED
 
 MARKERS = {
     "multigpu(n)": "needs at least n CUDA GPUs (run with `make test-gpu` in a GPU allocation)",
@@ -22,8 +25,29 @@ MARKERS = {
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--only-compared", action="store_true",
+                     help="run only the tests that compared a captured output in the last "
+                          "full run (e.g. again with ATEN_CPU_CAPABILITY=default)")
+
+
+def _compared_dir(config) -> Path:
+    return Path(config.cache.mkdir("compared-outputs"))
+
+
+#: Where the session's Slurm cluster lives: made by the process that runs the session
+#: (never inherited from an outer test session, whose cluster is not this one's).
+SLURM_STATE = "SNIPPET_HARNESS_SLURM_STATE"
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")  # a pytest-xdist worker of the session
+
+
 def pytest_configure(config):
     os.environ[SESSION_TAG] = SESSION_ID
+    if not _is_worker(config):
+        os.environ[SLURM_STATE] = tempfile.mkdtemp(prefix="local-slurm-")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
 
@@ -37,7 +61,21 @@ def gpu_count() -> int:
     return int(probe.stdout.strip() or 0)
 
 
+def _only_compared(config, items):
+    """Keep only the tests that compared an output in the last run that recorded them."""
+    compared = {line for f in _compared_dir(config).glob("*.txt")
+                for line in f.read_text().splitlines() if line}
+    if not compared:
+        raise pytest.UsageError("--only-compared: no run has recorded which tests compare "
+                                "outputs yet: run `make test` first")
+    keep = [item for item in items if item.nodeid in compared]
+    config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in compared])
+    items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("only_compared"):
+        _only_compared(config, items)
     gpu_items = [item for item in items if item.get_closest_marker("multigpu")]
     if not gpu_items:
         return
@@ -59,30 +97,19 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    """The throwaway two-node cluster of tools/local-slurm, started once per session.
+def slurm_cluster():
+    """The throwaway two-node cluster of tools/local-slurm, one for the whole session.
 
-    Jobs find it through SLURM_CONF, set for the whole session. At the end the
-    cluster is stopped, and any of its daemons or job processes still alive
-    fails the session.
+    The first test process that needs it starts it, and every parallel test process
+    shares it; jobs find it through SLURM_CONF. The process that runs the session stops
+    it at the end, and any of its daemons or job processes still alive fails the session.
     """
     reason = local_slurm.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    state = tmp_path_factory.mktemp("slurm")
-    conf = local_slurm.start_cluster(state)
-    previous = os.environ.get("SLURM_CONF")
+    conf = local_slurm.shared_cluster(Path(os.environ[SLURM_STATE]))
     os.environ["SLURM_CONF"] = str(conf)
-    try:
-        yield conf
-    finally:
-        local_slurm.stop_cluster(state)
-        if previous is None:
-            del os.environ["SLURM_CONF"]
-        else:
-            os.environ["SLURM_CONF"] = previous
-    leftovers = local_slurm.cluster_processes(conf)
-    assert not leftovers, "the local Slurm cluster left processes behind:\n" + "\n".join(leftovers)
+    return conf
 
 
 @pytest.fixture(autouse=True)
@@ -92,9 +119,28 @@ def _slurm_for_marked_tests(request):
         request.getfixturevalue("slurm_cluster")
 
 
+def _stop_slurm(session) -> None:
+    state = Path(os.environ[SLURM_STATE])
+    if not (state / "started").exists():
+        shutil.rmtree(state, ignore_errors=True)
+        return
+    local_slurm.stop_cluster(state)
+    leftovers = local_slurm.cluster_processes(state / "slurm.conf")
+    if leftovers:
+        session.config.get_terminal_writer().line(
+            "ERROR: the local Slurm cluster left processes behind:\n" + "\n".join(leftovers),
+            red=True)
+        session.exitstatus = 1
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if COMPARED and not session.config.getoption("only_compared"):
+        name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        (_compared_dir(session.config) / f"{name}.txt").write_text("\n".join(sorted(COMPARED)))
     leftovers = kill_tagged(SESSION_TAG, SESSION_ID)
     if leftovers:
         session.config.get_terminal_writer().line(
             f"ERROR: processes left behind by the tests were killed: {leftovers}", red=True)
         session.exitstatus = 1
+    if not _is_worker(session.config):
+        _stop_slurm(session)

@@ -1,36 +1,236 @@
 """Output that pages show, captured from real runs into files beside the snippets.
 
-A test calls :func:`check_output` with a run's result. Normally this compares
-the run's standard output with ``snippets/<chapter>/<name>.out`` (or
-``<name>.<variant>.out``) after masking what legitimately changes from run to
-run; with ``UPDATE_OUTPUTS=1`` in the environment (``make outputs``) it writes
-the file instead. The pages literal-include these files, so what a reader sees
-is what the last capture printed.
+A test calls :func:`check_output` with a run's result. Normally this compares the
+run's standard output with ``snippets/<chapter>/<name>.out`` (or
+``<name>.<variant>.out``); with ``UPDATE_OUTPUTS=1`` in the environment
+(``make outputs``) it writes the file instead. The pages literal-include these
+files, so what a reader sees is what the last capture printed.
+
+The comparison is by meaning, token by token, and this module is the one place
+that decides what may differ between two runs:
+
+* Words, punctuation, integers (counts, shapes, ranks, sizes) must be equal.
+* Floating-point numbers must agree within a :class:`Tolerance`. Another CPU, another
+  choice of kernels (``ATEN_CPU_CAPABILITY=default``) or a GPU changes the last
+  digits, and a printed number is rounded, so one unit of its last printed digit is
+  always allowed on top of the tolerance.
+* What cannot be the same on two machines or two runs is masked before comparing:
+  durations and speeds, ports, process and job ids, paths, this machine's host name,
+  source line numbers (:data:`MASKS`), and, for named output files only, the few
+  measured figures that follow from timing (:data:`VARYING`).
+* Runs of spaces count as one (columns are right-aligned to their widest figure).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launch import Result, snippet
+from harness.launch import SNIPPETS, Result, snippet
 
-#: (pattern, replacement) pairs applied to both sides before comparing.
-MASKS = [
-    (re.compile(r"\b\d+(\.\d+)?(e[-+]?\d+)? ?(s|ms|sec|seconds|samples/s|it/s)\b"), "<time>"),
-    (re.compile(r"\b(port|pid|PID)[ =:]+\d+"), r"\1 <n>"),
-    (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
-    # columns of figures are right-aligned: a masked figure may change the padding
-    (re.compile(r" {2,}"), " "),
+# --- What is masked -----------------------------------------------------------------------
+
+#: (pattern, replacement) pairs applied to both sides of every comparison, in this order.
+MASKS: list[tuple[str, str]] = [
+    # durations and speeds: 1.2 s, 350 ms, 12.5 samples/s, 0:00:03
+    (r"\b\d+(\.\d+)?(e[-+]?\d+)? ?(s|ms|us|µs|sec|seconds|samples/s|it/s)\b", "<time>"),
+    (r"\[W\d{4} [\d:.]+ ", "[W<time> "),  # c10d's warning prefix: [W1124 05:23:01.123 ...
+    # ports, process ids and Slurm job ids
+    (r"\b(port|pid|PID)[ =:]+\d+", r"\1 <n>"),
+    (r"(127\.0\.0\.1|localhost|\.invalid)\]?[:,] ?\d{2,5}\b", r"\1:<port>"),
+    (r"\]:\d{2,5}\b", "]:<port>"),
+    (r"\bjob \d+", "job <id>"),
+    (r"(?m)^srun: Job \d+ step creation temporarily disabled, retrying.*\n", ""),
+    (r"(?m)^srun: Step created for job \d+\n", ""),
+    # source line numbers: file.py:164, pair.cc:446, line 12
+    (r"\b([\w.-]+\.(py|cc|cpp|h)):\d+", r"\1:<line>"),
+    (r"\bline \d+\b", "line <n>"),
+    # paths: a file named by its full path is named by its file name
+    (r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)", r"\1"),
+    # make says where it runs when a make started it, and shows how it creates .venv
+    (r"(?m)^make\[\d+\]: (Entering|Leaving) directory .*\n", ""),
+    (r"(?m)^(test -x \.venv|\.venv/bin/pip install|touch \.venv).*\n", ""),
 ]
 
+#: How gloo reports a collective that a peer never joined, or left. Which side notices
+#: first is a race: a receive or a send that timed out, or a connection the other side
+#: already closed.
+GLOO_ERROR = (r"Timed out waiting \S+ for (send|recv) operation to complete"
+              r"|Connection closed by peer|Read error|Connection reset by peer")
 
-def mask(text: str, extra: list[tuple[str, str]] = ()) -> str:
-    for pattern, repl in [*MASKS, *[(re.compile(p), r) for p, r in extra]]:
-        text = pattern.sub(repl, text)
+#: Figures that follow from timing or from the machine, per output file (relative to
+#: snippets/, with ``*`` for any variant): (pattern, replacement, why). Everything else
+#: in these files is still compared.
+VARYING: dict[str, list[tuple[str, str, str]]] = {
+    "ddp/monitoring*.out": [
+        (r"[\d.]+ MiB", "<n> MiB", "resident memory depends on the allocator")],
+    "model_parallel/pipeline_bubble.out": [
+        (r"(?m)^(\S+ +\d+ +\S+ +)\d+\.\d%", r"\1<measured>", "idle share measured by a clock")],
+    "performance/channels_last.out": [
+        (r"\d+\.\d+x", "<ratio>", "ratio of two timings")],
+    "performance/data_loading.out": [
+        (r"\d+ CPUs usable", "<n> CPUs usable", "depends on the machine")],
+    "performance/profiling.out": [
+        (r"\d+%", "<share>", "share of measured time")],
+    "performance/scaling.out": [
+        (r"\d+\.\d\dx", "<speed-up>", "ratio of two timings"),
+        (r"\d+%", "<efficiency>", "ratio of two timings")],
+    "slurm/anatomy_torchrun.out": [
+        (r"\bnode[12]\b", "node<n>", "which node starts first")],
+    "slurm/multi_node_torchrun.out": [
+        (r"ranks 0-1 on node[12], ranks 2-3 on node[12]", "<placement>",
+         "which node's agent joins first")],
+    "slurm/preemptible.out": [
+        (r"step \d+", "step <n>", "the step at which the signal arrives"),
+        (r"(?m)^epoch .*\n", "", "how far training got before the signal")],
+    "slurm/wrong_python.out": [
+        (r"(?m)^srun: error: node1: task 0: Exited with exit code 1\n", "",
+         "srun's line and the traceback arrive in either order")],
+    "slurm/gpu_tests.out": [
+        (r"(?m)^SKIPPED .*\n", "", "the list of GPU tests grows with the guide"),
+        (r"(?m)^[s.]+ *\[ *\d+%\]\n", "", "one character per test"),
+        (r"\d+ deselected", "<n> deselected", "the number of tests that need no GPU")],
+    "troubleshooting/*.out": [
+        (f"(?:{GLOO_ERROR}).*", "<gloo error>", "which side of a broken collective notices first"),
+        (r"\[(pair|unbound_buffer)\.cc:<line>\]", "[<gloo source>]",
+         "which part of gloo notices first")],
+    "ddp/topology*.out": [
+        (r"(?m)^  host (\d+): \S+$", r"  host \1: <host>", "the machine's name"),
+        (r"(?m)\d+ of \d+$", "<n> of <n>", "CPUs usable depend on the machine")],
+    "ddp/legacy_launch*.out": [
+        (r"--local-rank=\d", "--local-rank=<n>", "which process reports first")],
+    "slurm/environment.out": [
+        (r"torch \d\S*", "torch <version>", "the build of torch (+cpu, +cu128...)")],
+}
+
+#: Output files whose only figures are listed in VARYING, and why that is right.
+WITHOUT_FIGURES = {
+    "ddp/legacy_launch.launch.out": "an error message; its one figure is the rank that "
+                                    "reported first",
+}
+
+# --- How numbers compare ------------------------------------------------------------------
+
+#: A token: a number (with its sign, where it is not part of a range like 0-1), or a
+#: run of other characters. Spaces separate tokens.
+_TOKEN = re.compile(r"(?P<num>(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\d+(?:\.\d+)?"
+                    r"(?:[eE][-+]?\d+)?)|(?P<text>[^\s\d]+|\d)")
+#: No declared tolerance may be looser than this: a wrong number must still fail.
+LOOSEST = 0.05
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a printed floating-point number may be from the captured one.
+
+    ``|a - b| <= rtol * max(|a|, |b|) + atol + one unit of the last printed digit``.
+    The default is what fp32 runs meet on different CPUs, kernel choices and GPUs;
+    a test that needs looser declares it, with the reason (``why``) in one line.
+    """
+
+    rtol: float = 1e-3
+    atol: float = 1e-6
+    why: str = "fp32: the last digits depend on the CPU, its kernels or the GPU"
+
+    def __post_init__(self):
+        if not (0 <= self.rtol <= LOOSEST and 0 <= self.atol <= LOOSEST):
+            raise ValueError(f"a tolerance looser than {LOOSEST} hides wrong numbers: {self}")
+        if not self.why.strip() or "\n" in self.why:
+            raise ValueError("a tolerance states its reason in one line (why=...)")
+
+    def allows(self, expected: str, actual: str) -> bool:
+        a, b = float(expected), float(actual)
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return abs(a - b) <= self.rtol * max(abs(a), abs(b)) + self.atol + max(
+            _last_digit(expected), _last_digit(actual))
+
+
+def _last_digit(number: str) -> float:
+    """The value of one unit of the last printed digit: 0.0001 for 0.1715, 1e-9 for 1.2e-08."""
+    mantissa, _, exponent = number.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exponent or 0) - decimals)
+
+
+def _is_float(token: str) -> bool:
+    return "." in token or "e" in token.lower()
+
+
+FP32 = Tolerance()
+#: For snippets that compute in half precision (what a test declares for them).
+BF16 = Tolerance(rtol=1e-2, why="bf16 keeps 8 significant bits: kernels round differently")
+FP16 = Tolerance(rtol=1e-2, why="fp16 keeps 11 significant bits: kernels round differently")
+
+
+def tokens(line: str) -> list[tuple[str, str]]:
+    """(kind, text) of each token of a line: kind "num" or "text"."""
+    return [(m.lastgroup, m[0]) for m in _TOKEN.finditer(line)]
+
+
+def line_difference(expected: str, actual: str, tolerance: Tolerance) -> str | None:
+    """Why two (masked) lines differ in meaning, or None if they agree."""
+    want, got = tokens(expected), tokens(actual)
+    if [k for k, _ in want] != [k for k, _ in got]:
+        return "the words or the number of figures differ"
+    for (kind, a), (_, b) in zip(want, got):
+        if kind == "text" and a != b:
+            return f"{a!r} became {b!r}"
+        if kind == "num" and a != b:
+            if not (_is_float(a) and _is_float(b)):
+                return f"the integer {a} became {b} (integers compare exactly)"
+            if not tolerance.allows(a, b):
+                return (f"{a} became {b}: more than the tolerance (rtol {tolerance.rtol}, "
+                        f"atol {tolerance.atol}, plus one unit of the last digit; "
+                        f"{tolerance.why})")
+    return None
+
+
+# --- Masks and comparison -----------------------------------------------------------------
+
+def varying(path: Path) -> list[tuple[str, str, str]]:
+    """The :data:`VARYING` entries that apply to an output file."""
+    path = path.resolve()
+    if not path.is_relative_to(SNIPPETS):
+        return []
+    name = path.relative_to(SNIPPETS).as_posix()
+    return [entry for pattern, entries in VARYING.items()
+            if Path(name).match(pattern) for entry in entries]
+
+
+def mask(text: str, path: Path | None = None) -> str:
+    """``text`` with :data:`MASKS` (and the file's :data:`VARYING` figures) replaced."""
+    host = socket.gethostname()
+    pairs = [*MASKS, *((p, r) for p, r, _ in (varying(path) if path else ()))]
+    for pattern, repl in pairs:
+        text = re.sub(pattern, repl, text)
+    if host:
+        text = re.sub(rf"\b{re.escape(host)}\b", "<host>", text)
     return text
+
+
+def differences(expected: str, actual: str, path: Path | None = None,
+                tolerance: Tolerance = FP32) -> list[str]:
+    """What differs in meaning between a captured output and a new run, line by line
+    (empty when they agree)."""
+    want = [" ".join(line.split()) for line in mask(expected, path).splitlines()]
+    got = [" ".join(line.split()) for line in mask(actual, path).splitlines()]
+    want = [line for line in want if line]
+    got = [line for line in got if line]
+    if len(want) != len(got):
+        diff = difflib.unified_diff(want, got, "captured", "this run", lineterm="", n=1)
+        return [f"{len(want)} lines captured, {len(got)} in this run", *diff]
+    problems = []
+    for number, (a, b) in enumerate(zip(want, got), 1):
+        why = line_difference(a, b, tolerance)
+        if why:
+            problems.append(f"line {number}: {why}\n  captured: {a}\n  this run: {b}")
+    return problems
 
 
 def output_path(script: Path, variant: str | None = None) -> Path:
@@ -39,29 +239,34 @@ def output_path(script: Path, variant: str | None = None) -> Path:
 
 
 def check_output(result: Result, variant: str | None = None,
-                 masks: list[tuple[str, str]] = ()) -> None:
-    """Compare (or, with UPDATE_OUTPUTS=1, record) the run's stdout with its .out file.
+                 tolerance: Tolerance = FP32) -> None:
+    """Compare (or, with UPDATE_OUTPUTS=1, record) the run's stdout with its .out file."""
+    check_text(result.stdout, result.script, variant, tolerance)
 
-    ``masks`` adds (regex, replacement) pairs for what else varies in this snippet.
-    """
-    check_text(result.stdout, result.script, variant, masks)
+
+#: Node ids of the tests that compared an output in this process (conftest.py keeps
+#: them, so that ``--only-compared`` can run exactly those again, e.g. on other kernels).
+COMPARED: set[str] = set()
 
 
 def check_text(actual: str, script: str | Path, variant: str | None = None,
-               masks: list[tuple[str, str]] = ()) -> None:
+               tolerance: Tolerance = FP32) -> None:
     """As :func:`check_output`, for text other than a run's stdout (error lines, a diff, a
     table the test builds from a run) shown from ``<script stem>[.variant].out``.
 
     ``script`` is a path, or a name relative to ``snippets/``.
     """
+    current = os.environ.get("PYTEST_CURRENT_TEST")
+    if current:
+        COMPARED.add(current.rsplit(" (", 1)[0])
     path = output_path(snippet(script), variant)
     if os.environ.get("UPDATE_OUTPUTS") == "1":
         path.write_text(actual)
         return
     assert path.exists(), f"{path} is missing: run `make outputs` to capture it"
-    expected = path.read_text()
-    if mask(actual, masks) != mask(expected, masks):
-        diff = "\n".join(difflib.unified_diff(
-            expected.splitlines(), actual.splitlines(), str(path), "this run", lineterm=""))
-        raise AssertionError(f"the output shown on the page has drifted; "
-                             f"run `make outputs` if the change is right\n{diff}")
+    problems = differences(path.read_text(), actual, path, tolerance)
+    if problems:
+        name = path.relative_to(SNIPPETS) if path.is_relative_to(SNIPPETS) else path
+        raise AssertionError(
+            f"the output shown on the page ({name}) has drifted; "
+            f"run `make outputs` if the change is right\n" + "\n".join(problems))

@@ -18,6 +18,7 @@ for the test session, and the few queries the tests make about jobs.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shutil
 import signal
@@ -217,6 +218,20 @@ def start_cluster(state_dir: Path) -> Path:
     if started.returncode != 0:
         raise RuntimeError(f"tools/local-slurm/start failed:\n{started.stdout}"
                            f"{started.stderr}")
+    return state_dir / "slurm.conf"
+
+
+def shared_cluster(state_dir: Path) -> Path:
+    """The cluster of this test session, in ``state_dir``; return its slurm.conf.
+
+    The first process of the session that needs it starts it (under a file lock, so that
+    parallel test processes share one cluster); whoever made ``state_dir`` stops it.
+    """
+    with open(state_dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (state_dir / "started").exists():
+            start_cluster(state_dir)
+            (state_dir / "started").touch()
     return state_dir / "slurm.conf"
 
 

@@ -8,6 +8,7 @@ Run it on every node with torchrun, for example on two nodes with two GPUs each:
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -39,6 +40,7 @@ def main():
                       f"{row['device']}")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ happen, let the last rank crash once, at step 25:
 import argparse
 import itertools
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -112,6 +113,7 @@ def main():
                     break
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ is still running, and that the averaged gradient is that of the whole batch.
 
 import copy
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -106,6 +107,7 @@ def main():
                   f"whole-batch gradient: {difference:.1e}")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ documentation once told everyone to do. See migrating.md for what goes wrong.
 """
 
 import argparse
+import time
 
 import torch
 import torch.distributed as dist
@@ -33,3 +34,4 @@ try:
         print(f"the processes think their local ranks are {local_ranks}")
 finally:
     dist.destroy_process_group()
+    time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits

@@ -6,6 +6,7 @@
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -36,3 +37,4 @@ try:
         print(f"the processes think their local ranks are {local_ranks}")
 finally:
     dist.destroy_process_group()
+    time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits

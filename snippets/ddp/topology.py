@@ -7,6 +7,7 @@ and compare the table with `nvidia-smi topo -m` on the same node.
 
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -60,6 +61,7 @@ def main():
                       f"{r['bus_id']:<16}  {r['visible']:<20}  {r['cpus']}")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

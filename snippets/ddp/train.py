@@ -11,6 +11,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -202,6 +203,7 @@ def main():
         train(args, device)
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

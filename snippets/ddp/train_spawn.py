@@ -9,6 +9,7 @@ variables are set.
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -62,6 +63,7 @@ def worker(rank, args):
         train(args, device)
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 def train(args, device):

@@ -7,6 +7,7 @@ Each process uses one GPU and NCCL; without GPUs, the CPU and gloo.
 """
 
 import argparse
+import time
 
 import torch
 from accelerate import Accelerator
@@ -88,6 +89,7 @@ def main():
     accelerator.save(accelerator.unwrap_model(model).state_dict(), args.save)
     say(f"saved {args.save}")
     accelerator.end_training()  # destroys the process group
+    time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

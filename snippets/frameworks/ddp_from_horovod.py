@@ -9,6 +9,7 @@ Each process uses one GPU and NCCL; without GPUs, the CPU and gloo.
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -121,6 +122,7 @@ def main():
             print(f"saved {args.save}")
     finally:
         dist.destroy_process_group()  # Horovod shuts down at exit
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ ranks saved them.
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -144,6 +145,7 @@ def main():
                 print(f"epoch {state.epoch}: loss {loss.item():.5f}, saved {path}")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

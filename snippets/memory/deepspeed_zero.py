@@ -12,6 +12,7 @@ fp32 master copy), and rank 0 saves the full fp32 weights to <config>.pt.
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 import deepspeed
@@ -143,6 +144,7 @@ def main():
             train(config_file, dataset, device)
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

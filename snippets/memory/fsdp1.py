@@ -8,6 +8,7 @@ parameters into one sharded FlatParameter. New code should use fully_shard
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -133,6 +134,7 @@ def main():
             print(f"saved fsdp1.pt: {len(full)} full tensors, loadable without FSDP")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ training, and saves the full (unsharded) weights from rank 0 to fsdp2.pt.
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -156,6 +157,7 @@ def main():
             print(f"saved fsdp2.pt: {len(full)} full tensors, loadable without FSDP")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

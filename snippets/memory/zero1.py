@@ -8,6 +8,7 @@ whole optimiser state, gathered on rank 0, to zero1.pt.
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -138,6 +139,7 @@ def main():
             print("saved zero1.pt with the optimiser state of all", world_size, "ranks")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

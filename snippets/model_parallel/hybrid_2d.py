@@ -8,6 +8,7 @@ node, where GPUs are joined by fast links, and FSDP across the nodes.
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -161,6 +162,7 @@ def main():
             print("saved hybrid_2d.pt")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ layers 0, 2 and 4, for three processes.
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -101,6 +102,7 @@ def main():
             print("saved pipeline_manual.pt")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Run it with one process per stage:
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -92,6 +93,7 @@ def main():
             print("saved pipeline_traced.pt")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

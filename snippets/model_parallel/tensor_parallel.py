@@ -8,6 +8,7 @@ parallelism added, and counts the collectives of each phase.
 """
 
 import os
+import time
 from collections import Counter
 
 import torch
@@ -185,6 +186,7 @@ def main():
             print("saved tensor_parallel.pt")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

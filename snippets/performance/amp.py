@@ -9,6 +9,7 @@ The same code runs on GPUs (NCCL, autocast on "cuda") and CPUs (gloo, on "cpu").
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -134,6 +135,7 @@ def main():
                 )
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -129,6 +129,7 @@ def main():
             torch.save(cl["model"].state_dict(), "channels_last.pt")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ A communication hook wraps DDP's own all-reduce and records every bucket it is g
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -157,6 +158,7 @@ def main():
         unused_parameters(device, rank)
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ For each call, rank 0 prints what every rank held before and after it.
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -158,6 +159,7 @@ def main():
         dist.barrier()  # nobody leaves before everyone has arrived
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

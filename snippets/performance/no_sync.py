@@ -8,6 +8,7 @@ A communication hook wraps DDP's own all-reduce and counts its calls and bytes.
 import argparse
 import contextlib
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -112,6 +113,7 @@ def main():
             torch.save(synced_once.state_dict(), "no_sync.pt")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ the all-reduce time overlapped with the backward pass.
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -100,6 +101,7 @@ def main():
                 )
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

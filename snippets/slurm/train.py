@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -196,6 +197,7 @@ def main():
         train(args, device)
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

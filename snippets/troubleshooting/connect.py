@@ -10,6 +10,7 @@ example on two nodes:
 
 import os
 import socket
+import time
 from datetime import timedelta
 
 import torch
@@ -37,6 +38,7 @@ def main():
                   f"on {len(set(hosts))} host(s), using {backend}")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ model(x): DDP never sees the forward pass and never averages the gradients.
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -94,6 +95,7 @@ def main():
                   "yes" if same else "NO, the ranks trained apart")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

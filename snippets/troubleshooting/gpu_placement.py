@@ -11,6 +11,7 @@
 import argparse
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -83,6 +84,7 @@ def main():
             print("GPUs shared by several processes:", shared or "none")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

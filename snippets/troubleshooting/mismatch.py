@@ -9,6 +9,7 @@
 
 import argparse
 import os
+import time
 from datetime import timedelta
 
 import torch
@@ -85,6 +86,7 @@ def main():
             dist.barrier()  # nobody goes on before the checkpoint is written
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Skipping that step on rank 1 alone leaves the other ranks waiting for its gradie
 
 import argparse
 import os
+import time
 from datetime import timedelta
 
 import torch
@@ -85,6 +86,7 @@ def main():
                 print(f"rank {r}: {done} steps taken, {skip} skipped")
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

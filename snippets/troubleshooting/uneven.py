@@ -10,6 +10,7 @@ DistributedSampler cannot cause this: it gives every rank the same number of sam
 
 import argparse
 import os
+import time
 from datetime import timedelta
 
 import torch
@@ -81,6 +82,7 @@ def main():
             print("parameters identical on all ranks:", same)
     finally:
         dist.destroy_process_group()
+        time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def result():
 
 
 def test_output_as_shown(result):
-    check_output(result, masks=[(DIFFERENCE, "whole-batch gradient: <small>")])
+    check_output(result)  # the difference is below 1e-6 here and in the file
 
 
 def test_ddp_copies_rank_0s_parameters_and_buffers_to_every_process(result):

@@ -8,8 +8,6 @@ from harness.launch import run
 from harness.outputs import check_output
 
 SNIPPET = "ddp/topology.py"
-#: The host's name and its number of CPUs differ from machine to machine.
-MASKS = [(r"(?m)^  host (\d+): \S+$", r"  host \1: <hostname>"), (r"\d+ of \d+$", "<n> of <n>")]
 COLUMNS = ["rank", "host", "local", "device", "gpu", "bus_id", "visible", "cpus"]
 
 
@@ -32,7 +30,7 @@ def topology(**env):
 
 def test_on_cpu_every_rank_reports_its_place():
     result = topology()
-    check_output(result, masks=MASKS)
+    check_output(result)
     rows = table(result.stdout)
     assert [(r["rank"], r["host"], r["local"], r["device"]) for r in rows] == [
         ("0", "0", "0", "cpu"), ("1", "0", "1", "cpu")]

@@ -85,6 +85,8 @@ def _tf_srun(l: Launch) -> list[Proc]:
 # when main() returns, saves the parameters its local `model` holds then to
 # params-rank<N>.npz in the working directory (every replica's copy for TensorFlow's
 # mirrored variables) and notes that rank N ended. The tests compare these files.
+# Each rank's standard output also goes to stdout-rank<N>.txt: where several processes
+# print, their lines can interleave in the launcher's one stream.
 EVERY_RANK_SAVES = '''\
 import json, os, runpy, sys
 import numpy as np
@@ -113,6 +115,17 @@ def arrays(model):
         out.extend(np.asarray(c) for c in (copies or [v]))
     return out
 
+class Tee:
+    def __init__(self, stream, path):
+        self.stream, self.copy = stream, open(path, "w")
+    def write(self, text):
+        self.copy.write(text)
+        self.copy.flush()
+        return self.stream.write(text)
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+sys.stdout = Tee(sys.stdout, f"stdout-rank{rank()}.txt")
 sys.setprofile(watch)
 try:
     snippet["main"]()
@@ -143,6 +156,11 @@ DEEPSPEED_NOISE = re.compile(r"^\[[^]]*\] \[WARNING\] \[real_accelerator\.py.*\n
 def without_deepspeed_noise(result: Result) -> Result:
     outputs = [dataclasses.replace(o, stdout=DEEPSPEED_NOISE.sub("", o.stdout)) for o in result.outputs]
     return dataclasses.replace(result, outputs=outputs)
+
+
+def rank_stdout(result: Result, rank: int) -> str:
+    """What one rank printed, from a run through EVERY_RANK_SAVES."""
+    return (result.workdir / f"stdout-rank{rank}.txt").read_text()
 
 
 def saved(result: Result, rank: int) -> list[np.ndarray]:

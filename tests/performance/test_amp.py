@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.launch import run
-from harness.outputs import check_output
+from harness.outputs import BF16, FP16, check_output
 from tests.performance.reference import assert_state_close, full_batch_reference
 
 SNIPPET = "performance/amp.py"
@@ -69,7 +69,7 @@ def check_fp16(workdir, first, resumed):
 
 def test_bf16_autocast_matches_float32_training(tmp_path):
     result = run_amp(tmp_path, "--precision", "bf16")
-    check_output(result, "bf16")
+    check_output(result, "bf16", tolerance=BF16)
     assert "weights torch.float32, forward output torch.bfloat16" in result.stdout
     assert "loss scale" not in result.stdout  # no scaler for bf16
     assert_close_to_reference(tmp_path / "amp_bf16.pt")
@@ -77,8 +77,8 @@ def test_bf16_autocast_matches_float32_training(tmp_path):
 
 def test_fp16_with_grad_scaler_resumes_with_its_scale(tmp_path):
     first, resumed = run_fp16_in_two_parts(tmp_path)
-    check_output(first, "fp16-first")
-    check_output(resumed, "fp16-resumed")
+    check_output(first, "fp16-first", tolerance=FP16)
+    check_output(resumed, "fp16-resumed", tolerance=FP16)
     assert "forward output torch.float16" in first.stdout
     # The first steps overflow at 65536 and are skipped; the page explains this.
     assert skipped_by_scaler(scales(first.stdout)[0]) >= 1

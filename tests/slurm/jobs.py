@@ -17,13 +17,6 @@ from harness.launch import Result, run
 #: Two processes per node instead of four: world size 4 on the two simulated nodes.
 TWO_PER_NODE = ("--ntasks-per-node=2", "--gpus-per-node=2")
 
-#: Varying parts of job outputs: job ids, Slurm's copy of the job script, and the
-#: notes of an srun that had to wait for the previous step to release the nodes.
-MASKS = [(r"\bjob \d+", "job <id>"), (r"\S+/slurm_script\b", "<spool>/slurm_script"),
-         (r"(?m)^srun: Job \d+ step creation temporarily disabled, retrying.*\n", ""),
-         (r"(?m)^srun: Step created for job \d+\n", "")]
-
-
 def submit(script: str, *args: str, files: tuple[str, ...] = ("slurm/train.py",),
            world_size: int = 0, timeout: float = 300, **options) -> Result:
     """``sbatch script`` from a folder holding ``files``; the job's output is the stdout.

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slurm
 def test_each_torchrun_starts_one_process_per_gpu_of_its_node():
     result = submit("slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",))
     # The rendezvous decides which node gets ranks 0-3: not always the first.
-    check_output(result, masks=[(r"\bnode[12]\b", "node<n>")])
+    check_output(result)
     rows = whereami(result.stdout)
     assert [row[0] for row in rows] == list(range(8))
     assert {row[2] for row in rows[:4]} | {row[2] for row in rows[4:]} == {"node1", "node2"}

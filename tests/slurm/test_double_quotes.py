@@ -9,14 +9,14 @@ import re
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import MASKS, submit
+from tests.slurm.jobs import submit
 
 pytestmark = pytest.mark.slurm
 
 
 def test_double_quotes_give_every_task_the_values_of_the_batch_script():
     result = submit("slurm/double_quotes.sbatch", files=())
-    check_output(result, masks=MASKS)
+    check_output(result)
     double, single = result.stdout.split("single quotes")
     pattern = r"^(\d): node (\d), task (\d), (node\d)$"
     assert re.findall(pattern, double, re.M) == [(str(t), "0", "0", "node1") for t in range(4)]

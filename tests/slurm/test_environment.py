@@ -17,8 +17,7 @@ pytestmark = pytest.mark.slurm
 def test_the_job_activates_its_own_environment(tmp_path):
     (tmp_path / ".venv").symlink_to(BIN.parent)
     result = submit("slurm/environment.sbatch", world_size=2, activate=False, workdir=tmp_path)
-    check_output(result, masks=[(r"python is \S+", "python is <path>"),
-                                (r"torch \d\S*", "torch <version>")])
+    check_output(result)
     assert f"python is {BIN.parent}/bin/python\n" in result.stdout
     assert placement(result.stdout) == (2, {"node1": [0, 1]})
     assert job_end(result)["state"] == "COMPLETED"

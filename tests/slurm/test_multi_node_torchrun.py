@@ -17,7 +17,7 @@ def test_two_torchruns_meet_and_train_as_on_one_node(one_node_job):
     result = submit("slurm/multi_node_torchrun.sbatch", world_size=4,
                     sbatch_args=["--gpus-per-node=2"])
     # The rendezvous decides which node gets ranks 0-1: not always the first.
-    check_output(result, masks=[(r"ranks 0-1 on node[12], ranks 2-3 on node[12]", "<placement>")])
+    check_output(result)
     world_size, nodes = placement(result.stdout)
     assert world_size == 4 and sorted(nodes.values()) == [[0, 1], [2, 3]]
     assert set(nodes) == {"node1", "node2"}

@@ -1,0 +1,34 @@
+"""snippets/troubleshooting/exit_abort.py, shown on docs/troubleshooting/crashes.md.
+
+The abort itself comes in some runs only (harness.launch.EXIT_ABORT): these tests
+show that the work and its output are the same either way, and that with --fix every
+rank ends with exit code 0. Every other snippet ends with the same pause, so every run of
+the test suite tries it again: any abort fails the test that saw it.
+"""
+
+import pytest
+
+from harness.launch import EXIT_ABORT, run
+from harness.outputs import check_output
+
+SNIPPET = "troubleshooting/exit_abort.py"
+
+
+def test_with_the_pause_every_rank_ends_with_exit_code_0():
+    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=60)
+    check_output(result)
+    assert result.stdout == "rank 0 gathered [1.0, 2.0] with gloo\n"
+    assert not EXIT_ABORT.search(result.text)
+
+
+def test_without_it_the_work_is_the_same_and_only_the_exit_may_abort():
+    result = run(SNIPPET, launcher="torchrun", nproc=2, timeout=60, check=False)
+    check_output(result)
+    assert not result.timed_out
+    assert result.returncode == 0 or EXIT_ABORT.search(result.text), result.report()
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus():
+    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=120)
+    assert result.stdout == "rank 0 gathered [1.0, 2.0] with nccl\n"
