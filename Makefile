@@ -8,9 +8,10 @@ SPHINXOPTS ?= -W --keep-going -n
 DOCS := docs
 BUILD := $(DOCS)/_build
 PYTEST_ARGS ?=
-# Test files run in parallel, JOBS at a time (pytest-xdist); JOBS=0 runs them one by one.
+# Test files run in parallel, JOBS at a time (pytest-xdist; conftest.py groups the tests
+# that share runs); JOBS=0 runs them one by one.
 JOBS ?= 2
-PARALLEL = -n $(JOBS) --dist loadfile
+PARALLEL = -n $(JOBS) --dist loadscope
 
 .PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
 

@@ -73,9 +73,48 @@ def _only_compared(config, items):
     items[:] = keep
 
 
+#: Seconds each test file took in the last run (pytest's cache): with several test
+#: processes, the slowest files start first, so that none is left to run alone at the end.
+FILE_SECONDS = "snippets/file-seconds"
+_seconds: dict[str, float] = {}
+
+
+#: Test files that run in one process with others because they share runs: DeepSpeed's
+#: (tests/memory/runs.py runs each world size once per process, and the estimator's test
+#: compares with the same runs) and the browser's (one built site, one browser).
+SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py": "deepspeed",
+                 "tests/memory/test_ds_config_": "deepspeed",
+                 "tests/tools/test_estimate_memory.py": "deepspeed",
+                 "tests/browser/": "browser"}
+
+
+def _group(nodeid: str) -> str:
+    """The name of the tests that run in one process: a file's, or a shared group's."""
+    path = nodeid.split("::")[0]
+    return next((group for prefix, group in SHARED_GROUPS.items() if path.startswith(prefix)),
+                path)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist hands out whole groups (see _group), slowest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _group(nodeid)
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("only_compared"):
         _only_compared(config, items)
+    seconds = config.cache.get(FILE_SECONDS, {})
+    cost: dict[str, float] = {}
+    for path in {item.nodeid.split("::")[0] for item in items}:
+        cost[_group(path)] = cost.get(_group(path), 0.0) + seconds.get(path, 0.0)
+    items.sort(key=lambda item: -cost.get(_group(item.nodeid), 0.0))  # stable: files stay whole
     gpu_items = [item for item in items if item.get_closest_marker("multigpu")]
     if not gpu_items:
         return
@@ -119,6 +158,11 @@ def _slurm_for_marked_tests(request):
         request.getfixturevalue("slurm_cluster")
 
 
+def pytest_runtest_logreport(report):
+    _seconds[report.nodeid.split("::")[0]] = _seconds.get(report.nodeid.split("::")[0], 0.0) \
+        + report.duration
+
+
 def _stop_slurm(session) -> None:
     state = Path(os.environ[SLURM_STATE])
     if not (state / "started").exists():
@@ -144,3 +188,7 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
     if not _is_worker(session.config):
         _stop_slurm(session)
+        if _seconds:
+            session.config.cache.set(FILE_SECONDS, {**session.config.cache.get(FILE_SECONDS, {}),
+                                                    **{k: round(v, 1) for k, v in _seconds.items()}})
+

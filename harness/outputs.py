@@ -106,6 +106,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"--local-rank=\d", "--local-rank=<n>", "which process reports first")],
     "slurm/environment.out": [
         (r"torch \d\S*", "torch <version>", "the build of torch (+cpu, +cu128...)")],
+    "slurm/*.out": [
+        (r"\bnode[12]\b", "node<n>", "which of the free nodes Slurm picks")],
 }
 
 #: Output files whose only figures are listed in VARYING, and why that is right.

@@ -1,14 +1,16 @@
-"""Measure the speed targets: site build times and the cost of a 2-rank launch.
+"""Where the time goes: site build times, the cost of one launch, and the test suite.
 
-    make bench            # build times and launch costs
-    make bench ARGS=--tests   # also the wall time of the whole test suite
+    make bench                 # all of it (the suite takes minutes)
+    make bench ARGS=--quick    # without the test suite
 
-Prints one line per measurement, in seconds of wall time (best of a few runs,
-except the test suite, which runs once).
+Prints one line per measurement, in seconds of wall time (best of a few runs for the
+builds and launches; the suite runs once, as `make test` runs it, and its 10 slowest
+tests follow).
 """
 
 import argparse
-import shutil
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,30 +39,55 @@ def seconds(command, repeat=1, **kwargs):
     return best
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tests", action="store_true", help="also time the whole test suite")
-    args = parser.parse_args()
-    sphinx = [str(Path(sys.executable).parent / "sphinx-build"), "-W", "-n", "-q", "-b", "html", "docs"]
+def builds():
+    sphinx = [str(Path(sys.executable).parent / "sphinx-build"), "-W", "-n", "-q", "-b", "html",
+              "docs"]
     with tempfile.TemporaryDirectory() as out:
         clean = min(seconds([*sphinx, f"{out}/{i}"]) for i in range(3))
         noop = seconds([*sphinx, f"{out}/0"], repeat=3)
     pages = len([p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts])
-    print(f"clean html build ({pages} pages): {clean:.2f} s  (target 8 s)")
-    print(f"no-op rebuild: {noop:.2f} s  (target 1.5 s)")
+    print(f"clean html build ({pages} pages): {clean:.2f} s")
+    print(f"no-op rebuild: {noop:.2f} s")
 
+
+def launches():
+    imports = seconds([sys.executable, "-c", "import torch"], repeat=3)
+    print(f"python -c 'import torch': {imports:.2f} s")
     with tempfile.TemporaryDirectory() as tmp:
         hello = Path(tmp) / "hello.py"
         hello.write_text(HELLO)
         for launcher in ("torchrun", "env"):
             best = min(run(hello, launcher=launcher, nproc=2).seconds for _ in range(3))
             print(f"2-rank hello world under {launcher}: {best:.2f} s")
-        test = ROOT / "tests" / "basics" / "test_ranks.py::test_two_nodes_of_two_processes"
-        pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)]
-        print(f"one 2-node x 2-process snippet test (with pytest start-up): {seconds(pytest, repeat=2):.2f} s")
-    if args.tests:
-        print(f"make test: {seconds(['make', 'test']):.1f} s  (target 360 s)")
+
+
+def suite():
+    """`make test` with pytest's report of the 10 slowest tests."""
+    start = time.monotonic()
+    done = subprocess.run(["make", "--no-print-directory", "test",
+                           "PYTEST_ARGS=--durations=10 -q"],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wall = time.monotonic() - start
+    out = done.stdout
+    summary = out.strip().splitlines()[-1] if out.strip() else "(no output)"
+    print(f"make test: {wall:.0f} s wall, exit code {done.returncode}: {summary}")
+    slowest = re.search(r"=+ slowest 10 durations =+\n(.*?)\n(?:\n|=)", out, re.S)
+    if slowest:
+        print("10 slowest tests:")
+        for line in slowest.group(1).splitlines():
+            print(f"  {line}")
+    return done.returncode
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="leave out the test suite")
+    args = parser.parse_args()
+    builds()
+    launches()
+    return 0 if args.quick else suite()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,7 +21,7 @@ def runs():
             right=dict(common, check=True),
             busy_port=dict(common, nnodes=1, master_port=busy.getsockname()[1], timeout=60),
             # an unknown host: torchrun retries until its own timeout, minutes later
-            unknown_host=dict(common, nnodes=1, master_addr="node17.invalid", timeout=30),
+            unknown_host=dict(common, nnodes=1, master_addr="node17.invalid", timeout=15),
         )
 
 
