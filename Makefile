@@ -10,7 +10,7 @@ BUILD := $(DOCS)/_build
 PYTEST_ARGS ?=
 # Test files run in parallel, JOBS at a time (pytest-xdist; conftest.py groups the tests
 # that share runs); JOBS=0 runs them one by one.
-JOBS ?= 2
+JOBS ?= 3
 PARALLEL = -n $(JOBS) --dist loadscope
 
 .PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean

@@ -89,7 +89,7 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"step \d+", "step <n>", "the step at which the signal arrives"),
         (r"(?m)^epoch .*\n", "", "how far training got before the signal")],
     "slurm/wrong_python.out": [
-        (r"(?m)^srun: error: node1: task 0: Exited with exit code 1\n", "",
+        (r"(?m)^srun: error: node[12]: task 0: Exited with exit code 1\n", "",
          "srun's line and the traceback arrive in either order")],
     "slurm/gpu_tests.out": [
         (r"(?m)^SKIPPED .*\n", "", "the list of GPU tests grows with the guide"),
