@@ -56,7 +56,7 @@ def test_cpu_flag_with_two_processes_starts_only_one():
 
 
 @pytest.mark.parametrize("launcher", ["accelerate", "torchrun"])
-def test_without_cpu_true_processes_on_a_machine_without_gpus_train_alone(launcher):
+def test_without_cpu_true_processes_on_a_machine_without_gpus_train_alone(tmp_path, launcher):
     """What the snippet's comment on Accelerator(cpu=...) warns about, shown by removing it."""
     source = snippet(SNIPPET).read_text()
     assert "Accelerator(cpu=not torch.cuda.is_available())" in source
