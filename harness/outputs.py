@@ -37,6 +37,9 @@ from harness.launch import SNIPPETS, Result, snippet
 
 #: (pattern, replacement) pairs applied to both sides of every comparison, in this order.
 MASKS: list[tuple[str, str]] = [
+    # srun's notes when a job step waits for the previous one to release the nodes
+    (r"(?m)^srun: (Job \d+ step creation temporarily disabled|Step created for job \d+).*\n",
+     ""),
     # durations and speeds: 1.2 s, 350 ms, 12.5 samples/s, 0:00:03
     (r"\b\d+(\.\d+)?(e[-+]?\d+)? ?(s|ms|us|µs|sec|seconds|samples/s|it/s)\b", "<time>"),
     (r"\[W\d{4} [\d:.]+ ", "[W<time> "),  # c10d's warning prefix: [W1124 05:23:01.123 ...
@@ -45,8 +48,6 @@ MASKS: list[tuple[str, str]] = [
     (r"(127\.0\.0\.1|localhost|\.invalid)\]?[:,] ?\d{2,5}\b", r"\1:<port>"),
     (r"\]:\d{2,5}\b", "]:<port>"),
     (r"\bjob \d+", "job <id>"),
-    (r"(?m)^srun: Job \d+ step creation temporarily disabled, retrying.*\n", ""),
-    (r"(?m)^srun: Step created for job \d+\n", ""),
     # source line numbers: file.py:164, pair.cc:446, line 12
     (r"\b([\w.-]+\.(py|cc|cpp|h)):\d+", r"\1:<line>"),
     (r"\bline \d+\b", "line <n>"),

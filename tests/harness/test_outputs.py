@@ -32,6 +32,8 @@ def agree(expected, actual, tolerance=FP32, path=None):
     ("joined at 127.0.0.1:41234", "joined at 127.0.0.1:29500"),
     ("File \"/tmp/snippet-ab12/train.py\", line 12", "File \"/home/me/train.py\", line 40"),
     ("SKIPPED [1] tests/x/test_y.py:164: needs 2 GPUs", "SKIPPED [1] tests/x/test_y.py:162: needs 2 GPUs"),
+    ("0: node 0\n", "srun: Step created for job 123\n0: node 0\n"),  # srun's notes
+    ("0: node 0\n", "srun: Job 12 step creation temporarily disabled, retrying (x)\n0: node 0\n"),
 ])
 def test_what_may_differ_between_two_machines_passes(expected, actual):
     assert agree(expected, actual)
