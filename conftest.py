@@ -159,8 +159,8 @@ def _slurm_for_marked_tests(request):
 
 
 def pytest_runtest_logreport(report):
-    _seconds[report.nodeid.split("::")[0]] = _seconds.get(report.nodeid.split("::")[0], 0.0) \
-        + report.duration
+    path = report.nodeid.split("::")[0]
+    _seconds[path] = _seconds.get(path, 0.0) + report.duration
 
 
 def _stop_slurm(session) -> None:
@@ -191,4 +191,3 @@ def pytest_sessionfinish(session, exitstatus):
         if _seconds:
             session.config.cache.set(FILE_SECONDS, {**session.config.cache.get(FILE_SECONDS, {}),
                                                     **{k: round(v, 1) for k, v in _seconds.items()}})
-

@@ -328,10 +328,8 @@ def run(
 
 
 def _log_launch(result: Result, processes: int, world_size: int | None) -> None:
-    """With SNIPPET_HARNESS_LAUNCH_LOG=file, add a line per launch: what ran, how long.
-
-    ``make bench`` reads it to say where the test suite spends its time.
-    """
+    """With SNIPPET_HARNESS_LAUNCH_LOG=file, add a JSON line per launch (the test, what
+    ran, how long): set it for a test run to see where the suite spends its time."""
     log = os.environ.get("SNIPPET_HARNESS_LAUNCH_LOG")
     if log:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]

@@ -81,11 +81,6 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
     "performance/scaling.out": [
         (r"\d+\.\d\dx", "<speed-up>", "ratio of two timings"),
         (r"\d+%", "<efficiency>", "ratio of two timings")],
-    "slurm/anatomy_torchrun.out": [
-        (r"\bnode[12]\b", "node<n>", "which node starts first")],
-    "slurm/multi_node_torchrun.out": [
-        (r"ranks 0-1 on node[12], ranks 2-3 on node[12]", "<placement>",
-         "which node's agent joins first")],
     "slurm/preemptible.out": [
         (r"step \d+", "step <n>", "the step at which the signal arrives"),
         (r"(?m)^epoch .*\n", "", "how far training got before the signal")],
@@ -107,8 +102,10 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"--local-rank=\d", "--local-rank=<n>", "which process reports first")],
     "slurm/environment.out": [
         (r"torch \d\S*", "torch <version>", "the build of torch (+cpu, +cu128...)")],
+    # after the entries above that name a node: which free node a job gets, which node's
+    # torchrun starts or joins first
     "slurm/*.out": [
-        (r"\bnode[12]\b", "node<n>", "which of the free nodes Slurm picks")],
+        (r"\bnode[12]\b", "node<n>", "which of the free nodes Slurm picks, or starts first")],
 }
 
 #: Output files whose only figures are listed in VARYING, and why that is right.
@@ -206,14 +203,17 @@ def varying(path: Path) -> list[tuple[str, str, str]]:
             if Path(name).match(pattern) for entry in entries]
 
 
+#: This machine's name, masked wherever a run prints it.
+HOST = socket.gethostname()
+
+
 def mask(text: str, path: Path | None = None) -> str:
     """``text`` with :data:`MASKS` (and the file's :data:`VARYING` figures) replaced."""
-    host = socket.gethostname()
     pairs = [*MASKS, *((p, r) for p, r, _ in (varying(path) if path else ()))]
     for pattern, repl in pairs:
         text = re.sub(pattern, repl, text)
-    if host:
-        text = re.sub(rf"\b{re.escape(host)}\b", "<host>", text)
+    if HOST:
+        text = re.sub(rf"\b{re.escape(HOST)}\b", "<host>", text)
     return text
 
 
