@@ -47,6 +47,14 @@ def placement(stdout: str) -> tuple[int, dict[str, list[int]]]:
     return int(line[1]), nodes
 
 
+def on_one_node(stdout: str) -> tuple[int, list[int]]:
+    """World size and the ranks of a job that ran on one node, whichever node the shared
+    cluster had free (fails if the ranks are spread over several)."""
+    ranks, nodes = placement(stdout)
+    assert len(nodes) == 1, nodes
+    return ranks, next(iter(nodes.values()))
+
+
 def whereami(stdout: str) -> list[tuple]:
     """(rank, world size, node, local rank, GPU, CUDA_VISIBLE_DEVICES, threads) for every
     line whereami.py printed, in the order printed."""

@@ -9,7 +9,7 @@ import pytest
 
 from harness.launch import BIN
 from harness.outputs import check_output
-from tests.slurm.jobs import job_end, placement, submit
+from tests.slurm.jobs import job_end, on_one_node, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -19,6 +19,5 @@ def test_the_job_activates_its_own_environment(tmp_path):
     result = submit("slurm/environment.sbatch", world_size=2, activate=False, workdir=tmp_path)
     check_output(result)
     assert f"python is {BIN.parent}/bin/python\n" in result.stdout
-    ranks, nodes = placement(result.stdout)
-    assert ranks == 2 and list(nodes.values()) == [[0, 1]]  # on whichever node was free
+    assert on_one_node(result.stdout) == (2, [0, 1])  # on whichever node was free
     assert job_end(result)["state"] == "COMPLETED"

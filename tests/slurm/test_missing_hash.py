@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import job_end, placement, submit
+from tests.slurm.jobs import job_end, on_one_node, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -19,7 +19,7 @@ def test_the_directives_after_the_broken_line_are_ignored():
     result = submit("slurm/missing_hash.sbatch", world_size=1)
     check_output(result)
     assert re.search(r"slurm_script: line \d+: SBATCH: command not found", result.stdout)
-    assert placement(result.stdout) == (1, {"node1": [0]})  # not 2 nodes of 2 tasks
+    assert on_one_node(result.stdout) == (1, [0])  # not 2 nodes of 2 tasks
     outputs = [p.name for p in Path(result.workdir).glob("*.out")]
     assert len(outputs) == 1 and re.fullmatch(r"slurm-\d+\.out", outputs[0])  # not missing-hash-*
     assert job_end(result)["state"] == "COMPLETED"

@@ -6,7 +6,7 @@ Submitted as it is: one task with 4 GPUs, and torchrun --standalone starts 4 pro
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import assert_same_training, losses, placement, submit
+from tests.slurm.jobs import assert_same_training, losses, on_one_node, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -14,7 +14,6 @@ pytestmark = pytest.mark.slurm
 def test_torchrun_trains_exactly_like_srun(one_node_job):
     result = submit("slurm/one_node_torchrun.sbatch", world_size=4)
     check_output(result)
-    ranks, nodes = placement(result.stdout)
-    assert ranks == 4 and list(nodes.values()) == [[0, 1, 2, 3]]  # on whichever node was free
+    assert on_one_node(result.stdout) == (4, [0, 1, 2, 3])  # on whichever node was free
     assert losses(result.stdout) == losses(one_node_job.stdout)
     assert_same_training(result, one_node_job)
