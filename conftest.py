@@ -25,6 +25,13 @@ MARKERS = {
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 
 
+#: Set for each test: "cpu" unless it is marked multigpu; the harness's sitecustomize then
+#: hides the GPUs from every process the test starts (harness/site/sitecustomize.py).
+DEVICE = "SNIPPET_HARNESS_DEVICE"
+#: Pretend this many GPUs are visible (tests/harness/test_gpu_hiding.py).
+FAKE_GPUS = "SNIPPET_HARNESS_FAKE_GPUS"
+
+
 def pytest_addoption(parser):
     parser.addoption("--only-compared", action="store_true",
                      help="run only the tests that compared a captured output in the last "
@@ -54,6 +61,8 @@ def pytest_configure(config):
 
 def gpu_count() -> int:
     """CUDA GPUs visible, asked of a subprocess so that pytest never initialises CUDA."""
+    if os.environ.get(FAKE_GPUS):
+        return int(os.environ[FAKE_GPUS])
     if shutil.which("nvidia-smi") is None:
         return 0
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
@@ -123,6 +132,16 @@ def pytest_collection_modifyitems(config, items):
         need = item.get_closest_marker("multigpu").args[0]
         if have < need:
             item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPUs, this machine has {have}"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Tests not marked multigpu run their snippets on the CPU, on a GPU node too (before
+    any fixture of the test starts a run)."""
+    if item.get_closest_marker("multigpu"):
+        os.environ.pop(DEVICE, None)
+    else:
+        os.environ[DEVICE] = "cpu"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -264,6 +264,8 @@ def check_text(actual: str, script: str | Path, variant: str | None = None,
         COMPARED.add(current.rsplit(" (", 1)[0])
     path = output_path(snippet(script), variant)
     if os.environ.get("UPDATE_OUTPUTS") == "1":
+        assert os.environ.get("SNIPPET_HARNESS_DEVICE") == "cpu", (
+            f"{path.name}: the pages show CPU runs; a test with GPUs never rewrites them")
         path.write_text(actual)
         return
     assert path.exists(), f"{path} is missing: run `make outputs` to capture it"

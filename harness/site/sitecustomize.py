@@ -1,9 +1,17 @@
 """Loaded by every Python process the test harness starts (it is on their PYTHONPATH).
 
 It records which ranks joined a process group, so that the harness can fail a
-run in which a rank never started. It does nothing unless the harness set
-SNIPPET_HARNESS_RANKS_DIR, and it never imports torch itself: it waits until
-the program imports ``torch.distributed.distributed_c10d``.
+run in which a rank never started (when the harness set SNIPPET_HARNESS_RANKS_DIR).
+
+With SNIPPET_HARNESS_DEVICE=cpu (every test not marked multigpu) it hides the GPUs
+from PyTorch: ``torch.cuda.is_available()`` is False and ``device_count()`` 0, so
+the snippets take their gloo + CPU path on a GPU node too, and their output is the
+one the pages show. It does not touch CUDA_VISIBLE_DEVICES, which Slurm sets in a job
+and some snippets print. SNIPPET_HARNESS_FAKE_GPUS=N (for the harness's own test)
+pretends that N GPUs are visible instead.
+
+It never imports torch itself: it waits until the program imports the module it
+changes, then changes it once that module has run.
 """
 
 import importlib.abc
@@ -12,7 +20,8 @@ import os
 import sys
 
 _RANKS_DIR = os.environ.get("SNIPPET_HARNESS_RANKS_DIR")
-_MODULE = "torch.distributed.distributed_c10d"
+_HIDE_GPUS = os.environ.get("SNIPPET_HARNESS_DEVICE") == "cpu"
+_FAKE_GPUS = int(os.environ.get("SNIPPET_HARNESS_FAKE_GPUS", "0"))
 
 
 def _record(module):
@@ -27,21 +36,33 @@ def _record(module):
     module.init_process_group = init_process_group
 
 
+def _gpus(module, count):
+    module.is_available = lambda: count > 0
+    module.device_count = lambda: count
+
+
 class _Finder(importlib.abc.MetaPathFinder):
+    """Runs ``change(module)`` after the module ``name`` has been executed."""
+
+    def __init__(self, name, change):
+        self.name, self.change = name, change
+
     def find_spec(self, name, path, target=None):
-        if name != _MODULE:
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         exec_module = spec.loader.exec_module
 
-        def exec_and_record(module):
+        def exec_and_change(module):
             exec_module(module)
-            _record(module)
+            self.change(module)
 
-        spec.loader.exec_module = exec_and_record
+        spec.loader.exec_module = exec_and_change
         return spec
 
 
 if _RANKS_DIR:
-    sys.meta_path.insert(0, _Finder())
+    sys.meta_path.insert(0, _Finder("torch.distributed.distributed_c10d", _record))
+if _HIDE_GPUS or _FAKE_GPUS:
+    sys.meta_path.insert(0, _Finder("torch.cuda", lambda m: _gpus(m, 0 if _HIDE_GPUS else _FAKE_GPUS)))

@@ -1,0 +1,57 @@
+"""On a GPU node, the tests not marked multigpu still run their snippets on the CPU.
+
+This machine has no GPU, so the tests pretend to have some (SNIPPET_HARNESS_FAKE_GPUS):
+PyTorch in every process the harness starts then reports them, and a snippet that
+believed it would ask for NCCL and a CUDA device and fail. conftest.py marks each test
+that is not multigpu, and harness/site/sitecustomize.py hides the GPUs from its runs.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.launch import ROOT, SNIPPETS, run
+from harness.outputs import check_text
+
+PROBE = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
+
+
+def probe(tmp_path, **env):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE + "\n")
+    return run(script, env=env, workdir=tmp_path).stdout
+
+
+def test_the_gpus_a_run_sees(tmp_path):
+    assert probe(tmp_path, SNIPPET_HARNESS_DEVICE="") == "False 0\n"  # this machine
+    assert probe(tmp_path, SNIPPET_HARNESS_DEVICE="", SNIPPET_HARNESS_FAKE_GPUS="2") == "True 2\n"
+    assert probe(tmp_path, SNIPPET_HARNESS_DEVICE="cpu", SNIPPET_HARNESS_FAKE_GPUS="2") == "False 0\n"
+
+
+def test_this_test_runs_on_the_cpu():
+    assert os.environ["SNIPPET_HARNESS_DEVICE"] == "cpu"
+
+
+def test_a_session_with_two_gpus_runs_the_cpu_tests_on_the_cpu(tmp_path):
+    env = {**os.environ, "SNIPPET_HARNESS_FAKE_GPUS": "2", "UPDATE_OUTPUTS": "0"}
+    env.pop("SNIPPET_HARNESS_DEVICE", None)
+    session = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:xdist", "-o",
+         f"cache_dir={tmp_path / 'cache'}",
+         "tests/basics/test_ranks.py::test_two_nodes_of_two_processes",  # expects gloo, cpu
+         "tests/model_parallel/test_hybrid_2d.py::test_on_four_gpus"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    report = session.stdout + session.stderr
+    assert re.search(r"^1 passed, 1 skipped in ", session.stdout, re.M), report
+    assert "needs 4 CUDA GPUs, this machine has 2" in session.stdout, report
+
+
+def test_a_test_with_gpus_never_rewrites_an_output_file(monkeypatch):
+    monkeypatch.setenv("UPDATE_OUTPUTS", "1")
+    monkeypatch.delenv("SNIPPET_HARNESS_DEVICE")  # as in a multigpu test
+    with pytest.raises(AssertionError, match="ranks.out: the pages show CPU runs"):
+        check_text("world size 2, 2 processes per node\n", "basics/ranks.py")
+    assert (SNIPPETS / "basics/ranks.out").read_text().startswith("world size 4")
