@@ -135,6 +135,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def own_gpus(count: int) -> str:
+    """CUDA_VISIBLE_DEVICES for a run on the first ``count`` GPUs of this job: taken from
+    the job's own list when Slurm set one, so a test never picks a GPU it was not given."""
+    owned = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = owned.split(",") if owned else [str(i) for i in range(count)]
+    return ",".join(ids[:count])
+
+
 def snippet(path: str | Path) -> Path:
     """Absolute path of a snippet given relative to ``snippets/``."""
     full = (SNIPPETS / path).resolve()

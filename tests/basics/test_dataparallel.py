@@ -5,7 +5,7 @@ import runpy
 import pytest
 import torch
 
-from harness.launch import run, snippet
+from harness.launch import own_gpus, run, snippet
 from harness.outputs import check_output
 
 SNIPPET = "basics/dataparallel.py"
@@ -40,7 +40,7 @@ def test_on_cpu_dataparallel_calls_the_model_unchanged(tmp_path):
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_batch_is_split_and_results_match_one_gpu(tmp_path):
-    result = run(SNIPPET, workdir=tmp_path, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    result = run(SNIPPET, workdir=tmp_path, env={"CUDA_VISIBLE_DEVICES": own_gpus(2)})
     assert "GPUs used: 2" in result.stdout
     assert "parameters live on: cuda:0" in result.stdout
     assert "128 rows on cuda:0, 128 rows on cuda:1" in result.stdout

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from harness.launch import run
+from harness.launch import own_gpus, run
 from harness.outputs import check_output
 
 SNIPPET = "ddp/topology.py"
@@ -45,7 +45,7 @@ def test_each_rank_drives_its_own_gpu_and_cuda_visible_devices_renumbers_them():
     assert [r["device"] for r in plain] == ["cuda:0", "cuda:1"]
     assert plain[0]["bus_id"] != plain[1]["bus_id"]
     # Reverse the visible GPUs: each rank still uses its cuda:<local rank>, now the other card.
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0,1").split(",")[:2]
+    visible = own_gpus(2).split(",")
     swapped = table(topology(CUDA_VISIBLE_DEVICES=",".join(reversed(visible))).stdout)
     assert [r["device"] for r in swapped] == ["cuda:0", "cuda:1"]
     assert [r["bus_id"] for r in swapped] == [plain[1]["bus_id"], plain[0]["bus_id"]]

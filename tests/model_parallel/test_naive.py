@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.launch import run, snippet
+from harness.launch import own_gpus, run, snippet
 from harness.outputs import check_output
 from tests.model_parallel.reference import assert_tensors_close, printed_losses, snippet_code
 
@@ -53,13 +53,13 @@ def test_on_cpu_it_trains_like_the_unsplit_model_and_cannot_see_a_missing_copy(
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_activations_move_and_a_missing_copy_fails(tmp_path):
-    result = run(SNIPPET, workdir=tmp_path, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    result = run(SNIPPET, workdir=tmp_path, env={"CUDA_VISIBLE_DEVICES": own_gpus(2)})
     assert result.stdout.startswith("first half on cuda:0, second half on cuda:1")
     assert "first half output: cuda:0\nsecond half input: cuda:1\n" in result.stdout
     assert_matches_unsplit(result, atol=1e-5)
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "naive.py").write_text(without_the_copy())
     broken = run(tmp_path / "broken" / "naive.py", workdir=tmp_path / "broken",
-                 env={"CUDA_VISIBLE_DEVICES": "0,1"}, check=False)
+                 env={"CUDA_VISIBLE_DEVICES": own_gpus(2)}, check=False)
     assert broken.returncode != 0
     assert "Expected all tensors to be on the same device" in broken.text

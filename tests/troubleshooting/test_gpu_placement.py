@@ -6,7 +6,7 @@ for, GPUs shared by mistake and checkpoints loaded onto the wrong GPU, needs GPU
 
 import pytest
 
-from harness.launch import run
+from harness.launch import own_gpus, run
 from harness.outputs import check_output
 
 SNIPPET = "troubleshooting/gpu_placement.py"
@@ -51,6 +51,7 @@ def test_loading_without_map_location_fills_gpu_0(tmp_path):
 @pytest.mark.multigpu(1)
 def test_one_visible_gpu_per_process_with_cuda_local_rank_fails_clearly(tmp_path):
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, check=False,
-                 env={"CUDA_VISIBLE_DEVICES": "0"})
+                 env={"CUDA_VISIBLE_DEVICES": own_gpus(1)})
     assert result.returncode != 0
-    assert "LOCAL_RANK=1 but this process sees 1 GPU(s) (CUDA_VISIBLE_DEVICES=0)" in result.text
+    assert (f"LOCAL_RANK=1 but this process sees 1 GPU(s) (CUDA_VISIBLE_DEVICES={own_gpus(1)})"
+            in result.text)
