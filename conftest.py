@@ -131,7 +131,8 @@ def pytest_collection_modifyitems(config, items):
     for item in gpu_items:
         need = item.get_closest_marker("multigpu").args[0]
         if have < need:
-            item.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA GPUs, this machine has {have}"))
+            gpus = "1 CUDA GPU" if need == 1 else f"{need} CUDA GPUs"
+            item.add_marker(pytest.mark.skip(reason=f"needs {gpus}, this machine has {have}"))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,5 +1,8 @@
 """Every snippet has a test named after it, and that test uses it."""
 
+import ast
+from pathlib import Path
+
 from harness.launch import ROOT, SNIPPETS
 
 
@@ -38,3 +41,47 @@ def test_snippet_lines_fit_the_page():
     long = [f"{p.relative_to(ROOT)}:{n}" for p in snippet_files()
             for n, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 88]
     assert not long, long
+
+
+#: Snippets without a GPU test of their own, and why.
+NO_GPU_TEST = {"slurm/gpu_tests.sbatch": "it is the job that runs the GPU tests"}
+
+
+def multigpu_tests(test: Path) -> list[set[str]]:
+    """For each multigpu test of the file: the strings it names, directly or through a
+    module constant."""
+    tree = ast.parse(test.read_text())
+    constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    tests = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and any(
+                "multigpu" in ast.unparse(d) for d in node.decorator_list):
+            tests.append({inner.value if isinstance(inner, ast.Constant) else constants[inner.id]
+                          for inner in ast.walk(node)
+                          if isinstance(inner, ast.Constant) and isinstance(inner.value, str)
+                          or isinstance(inner, ast.Name) and inner.id in constants})
+    return tests
+
+
+def test_every_snippet_has_a_gpu_test():
+    """So that one run of snippets/slurm/gpu_tests.sbatch on a GPU node proves every page.
+    Where a script and its job script share a test file, a GPU test must name the job script."""
+    by_test: dict[Path, list[Path]] = {}
+    for path in snippet_files():
+        if path.relative_to(SNIPPETS).as_posix() not in NO_GPU_TEST:
+            test = ROOT / "tests" / path.parent.relative_to(SNIPPETS) / f"test_{path.stem}.py"
+            by_test.setdefault(test, []).append(path)
+    missing = []
+    for test, paths in by_test.items():
+        if not test.is_file():
+            continue  # no test at all: the test above fails
+        tests = multigpu_tests(test)
+        for path in paths:
+            rel = path.relative_to(SNIPPETS).as_posix()
+            shares = len(paths) > 1 and path.suffix != ".py"  # the job script of a .py
+            if not tests or shares and not any(rel in named for named in tests):
+                missing.append(f"{rel}: no multigpu test in {test.relative_to(ROOT)}"
+                               + (" names it" if tests else ""))
+    assert not missing, "\n".join(missing)

@@ -110,7 +110,9 @@ def save_checkpoint(path, model, optimizer, step):
                  "optimizer": optimizer.state_dict(), "step": step}
         torch.save(state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)  # atomic: never half a file
-    dist.barrier()  # no process goes on, or ends, before the file is complete
+    # No process goes on, or ends, before the file is complete. With NCCL, the barrier
+    # runs on this process's GPU (DDP's device_ids), not on a guessed one.
+    dist.barrier(device_ids=model.device_ids)
 
 
 def load_checkpoint(path, model, optimizer, device):

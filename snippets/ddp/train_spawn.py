@@ -114,7 +114,7 @@ def train(args, device):
         torch.save(state, f"{args.checkpoint}.tmp")
         os.replace(f"{args.checkpoint}.tmp", args.checkpoint)
         print(f"saved {args.checkpoint}")
-    dist.barrier()
+    dist.barrier(device_ids=model.device_ids)  # on this process's GPU under NCCL
 
 
 def main():

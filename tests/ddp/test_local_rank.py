@@ -20,3 +20,9 @@ def test_started_without_a_launcher_it_fails_with_a_key_error():
     result = run(SNIPPET, check=False, timeout=60)
     assert result.returncode == 1
     assert stderr_lines(result, r"^KeyError") == ["KeyError: 'LOCAL_RANK'"]
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank():
+    result = run(SNIPPET, launcher="torchrun", nproc=2)
+    assert result.stdout == "the processes think their local ranks are [0, 1]\n"

@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from harness.launch import run
 from harness.outputs import check_output
 
@@ -25,3 +27,9 @@ def test_without_set_epoch_every_epoch_repeats_the_first_shuffle():
     assert all(epoch == shares(without)[0] for epoch in shares(without))
     assert len({tuple(rank0) for rank0, _ in shares(with_set_epoch)}) == 3
     assert shares(with_set_epoch)[0] == shares(without)[0]  # epoch 0 is the same either way
+
+
+@pytest.mark.multigpu(1)
+def test_on_a_gpu_node_the_shares_are_the_same():
+    """The sampler never touches a GPU: the indices do not depend on the machine."""
+    check_output(run(SNIPPET))

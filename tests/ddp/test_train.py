@@ -22,6 +22,7 @@ from harness.outputs import check_output, check_text
 
 SNIPPET = "ddp/train.py"
 STEP_BATCH = 32  # samples per step over all processes: --batch-size is STEP_BATCH // world size
+GPU_ATOL = 1e-4  # GPUs against the CPU reference: the same maths in other kernels
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
                                   reason="needs Open MPI's mpirun (Debian: apt-get install openmpi-bin)")
 
@@ -230,3 +231,17 @@ def test_a_port_in_use_fails_rank_0_at_once_and_mpirun_stops_the_others(monkeypa
         monkeypatch.setattr("harness.launch.free_port", lambda: busy.getsockname()[1])
         result = run(SNIPPET, launcher="mpirun", nproc=2, check=False, timeout=60)
     assert "EADDRINUSE" in one_line_error(result, "port-in-use")
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_nccl_trains_like_one_process_and_resumes_exactly(tmp_path):
+    result = train(launcher="torchrun", world=2)
+    assert result.stdout.startswith("world size 2 (nccl, cuda): 2 × 16 = 32 samples per step")
+    assert "final parameters identical on all ranks (world size 2)" in result.stdout
+    assert_same_parameters(final_parameters(result), final_parameters(one_process()), GPU_ATOL)
+    assert not stderr_lines(result, r"barrier\(\): using the device")  # it was told its GPU
+    args = ("--batch-size", "16")
+    run(SNIPPET, *args, "--max-steps", "40", launcher="torchrun", nproc=2, workdir=tmp_path)
+    resumed = run(SNIPPET, *args, launcher="torchrun", nproc=2, workdir=tmp_path)
+    assert "resumed from checkpoint.pt at step 40" in resumed.stdout
+    assert_same_parameters(final_parameters(resumed), final_parameters(result), atol=1e-6)

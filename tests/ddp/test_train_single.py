@@ -3,6 +3,7 @@
 import difflib
 import re
 
+import pytest
 import torch
 
 from harness.launch import run, snippet
@@ -24,3 +25,12 @@ def test_the_page_shows_how_train_py_differs_from_it():
     old, new = (snippet(s).read_text().splitlines(keepends=True) for s in (SNIPPET, DDP_SNIPPET))
     diff = difflib.unified_diff(old, new, "train_single.py", "train.py", n=2)
     check_text("".join(diff), DDP_SNIPPET, "diff")
+
+
+@pytest.mark.multigpu(1)
+def test_on_one_gpu_it_learns_like_on_the_cpu(tmp_path):
+    result = run(SNIPPET, workdir=tmp_path)
+    assert result.stdout.startswith("training on cuda:")
+    cpu = run(SNIPPET, workdir=tmp_path / "cpu", env={"SNIPPET_HARNESS_DEVICE": "cpu"})
+    for (label, loss), (label1, loss1) in zip(losses(result.stdout), losses(cpu.stdout), strict=True):
+        assert label == label1 and loss == pytest.approx(loss1, abs=1e-3)

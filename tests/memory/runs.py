@@ -64,6 +64,13 @@ def deepspeed_run(nproc):
                workdir=folder, timeout=DS_TIMEOUT)
 
 
+@functools.cache
+def deepspeed_gpu_run():
+    """deepspeed_zero.py with every config under torchrun on 2 GPUs."""
+    return run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=2,
+               workdir=with_ds_configs(workdir()), timeout=DS_TIMEOUT)
+
+
 def without_deepspeed_logs(result):
     """deepspeed_zero.py's output without DeepSpeed's time-stamped log lines, for check_text."""
     lines = [line for line in result.stdout.splitlines() if not DS_NOISE.match(line)]
@@ -138,10 +145,11 @@ def held_table(text, label=r""):
 PARAMETERS = 132_929  # of the Net in every snippet of the chapter
 
 
-def assert_ds_config_holds(config, params, grads, optimiser):
-    """Each rank of every run of ``config`` holds these bytes per parameter (functions of N)."""
-    for n in (1, 2, 4):
-        rows = deepspeed_tables(deepspeed_run(n).stdout)[config]
+def assert_ds_config_holds(config, params, grads, optimiser, runs=None):
+    """Each rank of every run of ``config`` holds these bytes per parameter (functions of N).
+    ``runs``: {N: result}, by default the runs on the CPU with 1, 2 and 4 ranks."""
+    for n, result in (runs or {n: deepspeed_run(n) for n in (1, 2, 4)}).items():
+        rows = deepspeed_tables(result.stdout)[config]
         assert len(rows) == n
         for held in rows:
             expected = [f(n) * PARAMETERS for f in (params, grads, optimiser)]

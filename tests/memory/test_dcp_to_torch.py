@@ -6,9 +6,9 @@ import runpy
 import pytest
 import torch
 
-from harness.launch import snippet
+from harness.launch import run, snippet
 from harness.outputs import check_output
-from tests.memory.runs import assert_same_weights, dcp_runs, reference
+from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference
 
 SNIPPET = "memory/dcp_to_torch.py"
 
@@ -28,3 +28,13 @@ def test_converts_a_four_rank_checkpoint_into_one_file_for_plain_pytorch():
         expected = model(x).flatten().tolist()
     printed = re.search(r"predictions for three inputs: \[(.*)\]", runs.converted.stdout)[1]
     assert [float(v) for v in printed.split(",")] == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.multigpu(2)
+def test_converts_a_checkpoint_saved_by_two_gpus(tmp_path):
+    run("memory/dcp_checkpoint.py", "--epochs", "4", launcher="torchrun", nproc=2, workdir=tmp_path)
+    converted = run(SNIPPET, "checkpoints/epoch_4", "model.pt", workdir=tmp_path)
+    assert "model.pt: epoch 4, saved by 2 ranks, 26 model tensors" in converted.stdout
+    state = torch.load(tmp_path / "model.pt", weights_only=True)["app"]  # loads on the CPU
+    assert_same_weights(state["model"], reference("memory/dcp_checkpoint.py", epochs=4),
+                        atol=GPU_ATOL)

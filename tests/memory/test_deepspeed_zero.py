@@ -8,11 +8,10 @@ simulated nodes of the local Slurm cluster with 2 processes each.
 
 import pytest
 
-from harness.launch import run
 from harness.outputs import check_text
-from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights, deepspeed_run,
-                               deepspeed_tables, needs_deepspeed, reference, saved,
-                               with_ds_configs, without_deepspeed_logs)
+from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights,
+                               deepspeed_gpu_run, deepspeed_run, deepspeed_tables,
+                               needs_deepspeed, reference, saved, without_deepspeed_logs)
 from tests.slurm.jobs import submit
 
 SNIPPET = "memory/deepspeed_zero.py"
@@ -55,7 +54,5 @@ def test_the_job_script_runs_zero3_on_two_nodes():
 
 
 @pytest.mark.multigpu(2)
-def test_on_two_gpus(tmp_path):
-    result = run(SNIPPET, *DS_CONFIGS, launcher="torchrun", nproc=2,
-                 workdir=with_ds_configs(tmp_path), timeout=DS_TIMEOUT)
-    assert_every_config_trains_like_one_process(result, 2, atol=GPU_ATOL)
+def test_on_two_gpus():
+    assert_every_config_trains_like_one_process(deepspeed_gpu_run(), 2, atol=GPU_ATOL)

@@ -1,7 +1,11 @@
 """snippets/memory/ds_config_zero1.json, shown on docs/memory/deepspeed.md."""
 
-from tests.memory.runs import assert_ds_config_holds, needs_deepspeed
+import pytest
 
+from tests.memory.runs import assert_ds_config_holds, deepspeed_gpu_run, needs_deepspeed
+
+#: Bytes per parameter each rank holds, with N ranks.
+BYTES = dict(params=lambda n: 4, grads=lambda n: 4 / n, optimiser=lambda n: 12 / n)
 CONFIG = "memory/ds_config_zero1.json"
 
 
@@ -9,5 +13,10 @@ CONFIG = "memory/ds_config_zero1.json"
 def test_stage_1_shards_adam_and_the_fp32_master_copy():
     # every rank keeps all weights; without gradient accumulation DeepSpeed's stage 1
     # also drops each full gradient once it is reduced, keeping only its partition
-    assert_ds_config_holds(CONFIG.split("/")[1], params=lambda n: 4, grads=lambda n: 4 / n,
-                           optimiser=lambda n: 12 / n)
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES)
+
+
+@needs_deepspeed
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_too():
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES, runs={2: deepspeed_gpu_run()})

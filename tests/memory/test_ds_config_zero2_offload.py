@@ -1,7 +1,11 @@
 """snippets/memory/ds_config_zero2_offload.json, shown on docs/memory/deepspeed.md."""
 
-from tests.memory.runs import assert_ds_config_holds, needs_deepspeed
+import pytest
 
+from tests.memory.runs import assert_ds_config_holds, deepspeed_gpu_run, needs_deepspeed
+
+#: Bytes per parameter each rank holds, with N ranks.
+BYTES = dict(params=lambda n: 4, grads=lambda n: 4 / n, optimiser=lambda n: 12 / n)
 CONFIG = "memory/ds_config_zero2_offload.json"
 
 
@@ -9,5 +13,10 @@ CONFIG = "memory/ds_config_zero2_offload.json"
 def test_stage_2_offload_keeps_fp32_gradients_for_the_cpu_step():
     # on a CPU-only machine "offloaded" and "on the GPU" are the same memory: the test
     # checks the amounts; tests/tools checks on GPUs that they sit in CPU memory
-    assert_ds_config_holds(CONFIG.split("/")[1], params=lambda n: 4, grads=lambda n: 4 / n,
-                           optimiser=lambda n: 12 / n)
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES)
+
+
+@needs_deepspeed
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_too():
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES, runs={2: deepspeed_gpu_run()})

@@ -1,11 +1,20 @@
 """snippets/memory/ds_config_zero3.json, shown on docs/memory/deepspeed.md."""
 
-from tests.memory.runs import assert_ds_config_holds, needs_deepspeed
+import pytest
 
+from tests.memory.runs import assert_ds_config_holds, deepspeed_gpu_run, needs_deepspeed
+
+#: Bytes per parameter each rank holds, with N ranks.
+BYTES = dict(params=lambda n: 4 / n, grads=lambda n: 4 / n, optimiser=lambda n: 12 / n)
 CONFIG = "memory/ds_config_zero3.json"
 
 
 @needs_deepspeed
 def test_stage_3_shards_the_weights_too():
-    assert_ds_config_holds(CONFIG.split("/")[1], params=lambda n: 4 / n, grads=lambda n: 4 / n,
-                           optimiser=lambda n: 12 / n)
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES)
+
+
+@needs_deepspeed
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_too():
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES, runs={2: deepspeed_gpu_run()})

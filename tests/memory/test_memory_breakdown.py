@@ -33,3 +33,9 @@ def test_sixteen_bytes_per_parameter_with_adam_in_fp32_and_in_mixed_precision():
     assert bf16 < autocast < fp32  # autocast keeps some activations in fp32
     assert got["bf16 autocast, fp32 weights, Adam"][5] == pytest.approx(132_929 * 2 / 1024, rel=0.05)
     assert re.search(r"batch of 1024: [\d.]+ KiB, 2\.00 times those of 512", result.stdout)
+
+
+@pytest.mark.multigpu(1)
+def test_on_a_gpu_node_the_counts_are_the_same():
+    """The snippet counts bytes on the CPU: a GPU node gives the page's figures too."""
+    check_output(run(SNIPPET))
