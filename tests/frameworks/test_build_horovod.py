@@ -6,7 +6,7 @@ build gave, and that a second run installs the kept wheel without compiling.
 
 Which build a PyTorch gets (the wheel's cache key, and the variables given to the build)
 is checked with a stand-in for Python: it answers the script's question about torch with
-a chosen version (CPU, CUDA or ROCm), and records each pip command and the HOROVOD_*
+a fake torch of a chosen version (CPU, CUDA or ROCm), and records each pip command and the HOROVOD_*
 variables it was given instead of running it. On a machine with GPUs, the last test
 checks that the real build of a CUDA torch has NCCL.
 """
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.launch import ROOT, snippet
 from tests.frameworks.common import needs_horovod
@@ -33,8 +34,8 @@ pytestmark = pytest.mark.extras
 ALWAYS = {"HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITH_GLOO": "1",
           "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1"}
 
-# Stands in for `python`: `-c CODE` runs with a fake torch (from FAKE_TORCH, a directory)
-# or the real one; `-m pip ...` is recorded in STUB_LOG with the HOROVOD_* variables.
+# Stands in for `python`: `-c CODE` runs with a fake torch (from FAKE_TORCH, a directory);
+# `-m pip ...` is recorded in STUB_LOG with the HOROVOD_* variables.
 # `pip download` leaves a source release with Horovod's two CMake files, `pip wheel`
 # records the C++ standard they ask for then and leaves an empty wheel.
 STUB_PYTHON = '''\
@@ -42,9 +43,7 @@ STUB_PYTHON = '''\
 import json, os, shutil, sys
 args = sys.argv[1:]
 if args[0] == "-c":
-    env = dict(os.environ)
-    if env.get("FAKE_TORCH"):
-        env["PYTHONPATH"] = env["FAKE_TORCH"]
+    env = {{**os.environ, "PYTHONPATH": os.environ["FAKE_TORCH"]}}
     os.execve(sys.executable, [sys.executable, *args], env)
 assert args[:2] == ["-m", "pip"], args
 pip = args[2:]
@@ -63,9 +62,10 @@ with open(os.environ["STUB_LOG"], "a") as log:
 '''
 
 
-def build_with_stub(tmp_path: Path, torch: tuple[str, str, str] | None = None) -> tuple[str, list[dict]]:
-    """Run the script with the stand-in Python, HOME in tmp_path; ``torch`` is a fake
-    (version, cuda, hip), None for the real torch. Returns its stdout and the pip log."""
+def build_with_stub(tmp_path: Path, fake_torch: tuple[str, str | None, str | None]
+                    ) -> tuple[str, list[dict]]:
+    """Run the script with the stand-in Python, HOME in tmp_path, and a fake torch of
+    (__version__, version.cuda, version.hip). Returns its stdout and the pip log."""
     stub = tmp_path / "python"
     stub.write_text(STUB_PYTHON.format(python=sys.executable, version=VERSION))
     stub.chmod(0o755)
@@ -77,15 +77,13 @@ def build_with_stub(tmp_path: Path, torch: tuple[str, str, str] | None = None) -
     with tarfile.open(source, "w:gz") as tar:
         tar.add(tree, arcname=tree.name)
     env = {**os.environ, "PYTHON": str(stub), "HOME": str(tmp_path), "STUB_SOURCE": str(source),
-           "STUB_LOG": str(tmp_path / "pip.log"), "FAKE_TORCH": ""}
+           "STUB_LOG": str(tmp_path / "pip.log"), "FAKE_TORCH": str(tmp_path / "fake")}
     env.pop("WHEEL_DIR", None)
-    if torch:
-        version, cuda, hip = torch
-        fake = tmp_path / "fake" / "torch"
-        fake.mkdir(parents=True, exist_ok=True)
-        (fake / "__init__.py").write_text(
-            f"__version__ = {version!r}\nclass version:\n    cuda = {cuda!r}\n    hip = {hip!r}\n")
-        env["FAKE_TORCH"] = str(fake.parent)
+    version, cuda, hip = fake_torch
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text(
+        f"__version__ = {version!r}\nclass version:\n    cuda = {cuda!r}\n    hip = {hip!r}\n")
     result = subprocess.run(["bash", str(snippet(SNIPPET))], capture_output=True, text=True,
                             env=env, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -106,7 +104,7 @@ def test_make_test_extras_builds_horovod_with_this_script():
 
 
 def test_a_cpu_torch_gets_a_build_without_gpu_operations_kept_under_its_full_version(tmp_path):
-    out, log = build_with_stub(tmp_path)  # the real torch of this machine: 2.13.0+cpu
+    out, log = build_with_stub(tmp_path, ("2.13.0+cpu", None, None))
     key = tmp_path / ".cache" / "horovod-wheels" / "torch-2.13.0+cpu"
     assert out.splitlines() == [
         "Horovod 0.28.1 for torch 2.13.0+cpu: HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 "
@@ -165,6 +163,9 @@ def test_a_second_run_installs_the_kept_wheel_without_compiling():
                            env={**os.environ, "PYTHON": sys.executable}, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "Building wheel" not in rerun.stdout and "horovod-0.28.1.tar.gz" not in rerun.stdout
+    # the script read the full version of the real torch
+    assert rerun.stdout.startswith(f"Horovod 0.28.1 for torch {torch.__version__}: ")
+    assert f"/horovod-wheels/torch-{torch.__version__}\n" in rerun.stdout
     assert "horovod==0.28.1" in rerun.stdout or "horovod-0.28.1" in rerun.stdout
     assert time.monotonic() - started < 120
 
