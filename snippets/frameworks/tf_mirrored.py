@@ -2,10 +2,13 @@
 
     python tf_mirrored.py
 One process drives every GPU it sees, one replica per GPU; without GPUs, two replicas
-on the CPU.
+on the CPU. When GPUs were expected (--expect-gpus, or CUDA_VISIBLE_DEVICES names some,
+as Slurm sets it for a job given GPUs) and TensorFlow sees none, it stops.
 """
 
 import argparse
+import os
+import sys
 
 import keras
 import numpy as np
@@ -21,7 +24,15 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default="model.weights.h5")
+    parser.add_argument("--expect-gpus", action="store_true",
+                        help="stop if TensorFlow sees no GPU")
     return parser.parse_args()
+
+
+def gpus_expected(args):
+    """--expect-gpus, or CUDA_VISIBLE_DEVICES names GPUs ("" and "-1" hide them all)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return args.expect_gpus or visible not in ("", "-1", "NoDevFiles")
 
 
 def make_dataset(n=1024, features=20, classes=4):
@@ -44,7 +55,19 @@ def make_model(features=20, classes=4):
 
 def main():
     args = parse_args()
-    if not tf.config.list_physical_devices("GPU"):
+    gpus = tf.config.list_physical_devices("GPU")
+    print(f"TensorFlow {tf.__version__} sees {len(gpus)} GPU(s)")
+    if not gpus and gpus_expected(args):
+        why = (
+            "--expect-gpus"
+            if args.expect_gpus
+            else f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
+        )
+        sys.exit(
+            f"GPUs were expected ({why}) but TensorFlow sees none: "
+            "install it with pip install 'tensorflow[and-cuda]'"
+        )
+    if not gpus:
         # No GPU: split the CPU into two logical devices, two replicas to mirror.
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(

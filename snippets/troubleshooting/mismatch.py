@@ -83,7 +83,9 @@ def main():
                     val_loss = evaluate(model, val_loader, device)
                 print(f"epoch {epoch}: validation loss {val_loss:.4f}")
                 torch.save(model.module.state_dict(), "checkpoint.pt")
-            dist.barrier()  # nobody goes on before the checkpoint is written
+            # nobody goes on before the checkpoint is written; NCCL's barrier runs on
+            # a GPU, this process's own
+            dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     finally:
         dist.destroy_process_group()
         time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits

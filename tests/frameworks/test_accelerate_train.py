@@ -84,3 +84,12 @@ def test_the_job_script_trains_on_two_nodes_as_four_processes_on_one():
     assert ours.keys() == theirs.keys()
     for key in ours:
         assert torch.equal(ours[key], theirs[key]), key
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_accelerate_launch_trains_one_process_per_gpu():
+    result = accelerate(SNIPPET, nproc=2, flags=MULTI, timeout=240)
+    assert result.stdout.startswith("processes: 2, MULTI_GPU on cuda\n"), result.report()
+    assert result.stdout.count("(32 steps per process)") == 3
+    assert "final parameters identical on all 2 processes" in result.stdout
+    assert_every_rank_holds_the_same(result, 2)

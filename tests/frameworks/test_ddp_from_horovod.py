@@ -42,3 +42,19 @@ def test_the_ddp_translation_trains_exactly_as_horovod():
         lines.append(f"{name:<10}{'x'.join(map(str, a.shape)):>10}{difference:>20}")
         assert difference == 0, name
     check_text("\n".join(lines) + "\n", SNIPPET, "compare")
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_the_translation_trains_as_horovod_does():
+    """On GPUs NCCL sums in its own order: the same training, up to the last bits."""
+    ddp = run_every_rank_saves(SNIPPET, launcher="torchrun", nproc=2, timeout=240)
+    assert ddp.stdout.startswith("2 processes, nccl backend, on cuda"), ddp.report()
+    assert "final parameters identical on all 2 processes" in ddp.stdout
+    horovod = run_every_rank_saves("frameworks/horovod_train.py", launcher="horovodrun",
+                                   nproc=2, timeout=240)
+    assert len(losses(ddp.stdout)) == 3
+    for a, b in zip(losses(ddp.stdout), losses(horovod.stdout)):
+        assert float(a.split()[-1]) == pytest.approx(float(b.split()[-1]), abs=1e-3)
+    for a, b in zip(assert_every_rank_holds_the_same(ddp, 2),
+                    assert_every_rank_holds_the_same(horovod, 2)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)

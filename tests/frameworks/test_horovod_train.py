@@ -65,3 +65,12 @@ def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
     assert len(saved) == len(expected)
     for a, b in zip(saved.values(), expected):
         np.testing.assert_array_equal(a.numpy(), b)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_each_process_trains_on_its_own_gpu():
+    """build_horovod.sh gave a CUDA torch a Horovod with NCCL (test_build_horovod.py)."""
+    result = run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2, timeout=240)
+    assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cuda")
+    assert "final parameters identical on all 2 processes" in result.stdout
+    assert_every_rank_holds_the_same(result, 2)

@@ -34,3 +34,13 @@ def test_keras_3_fit_fails_under_multi_worker_mirrored_strategy():
     lines = stderr[stderr.index("ValueError: Attempt to convert a value (PerReplica:{"):].splitlines()
     last = next(line for line in lines if line.startswith("}) with an unsupported type"))
     check_text("\n".join([lines[0], lines[1], "  ...", last]) + "\n", SNIPPET, "keras3")
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_one_worker_fits_a_replica_on_each():
+    """Needs TensorFlow with CUDA in .venv-tf (pip install 'tensorflow[and-cuda]'); on the
+    CPU one worker holds one replica, so two replicas show that the GPUs were used."""
+    result = run_every_rank_saves(SNIPPET, launcher="tf-workers", nnodes=1, timeout=TF_TIMEOUT,
+                                  env={"CUDA_VISIBLE_DEVICES": "0,1"})  # worker 0 of 1
+    assert result.stdout.startswith("a tf_keras model on 2 replicas\n"), result.report()
+    assert result.stdout.count("accuracy") == 3

@@ -3,18 +3,26 @@
 import numpy as np
 import pytest
 
-from harness.outputs import check_output
-from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow, run_every_rank_saves, saved
+from harness.launch import run
+from harness.outputs import check_output, check_text
+from tests.frameworks.common import (TF_TIMEOUT, TF_VENV, needs_tensorflow, run_every_rank_saves,
+                                     saved)
 
 SNIPPET = "frameworks/tf_mirrored.py"
 
 pytestmark = [pytest.mark.extras, needs_tensorflow]
 
+#: A GPU that no machine has: CUDA finds no device, whatever TensorFlow is installed.
+NO_SUCH_GPU = "GPU-00000000-0000-0000-0000-000000000000"
+
 
 def test_two_replicas_on_one_machine_hold_identical_variables():
-    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT)
+    # "": the GPUs, if any, hidden, as on a machine without GPUs
+    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT,
+                                  env={"CUDA_VISIBLE_DEVICES": ""})
     check_output(result)
-    assert result.stdout.startswith("2 replicas on CPU:0, CPU:1\n")
+    assert result.stdout.startswith("TensorFlow 2.21.0 sees 0 GPU(s)\n"
+                                    "2 replicas on CPU:0, CPU:1\n")
     assert "final variables identical on all 2 replicas" in result.stdout
     copies = saved(result, 0)  # kernel and bias of two layers, a copy per replica of each
     assert len(copies) == 8
@@ -22,3 +30,47 @@ def test_two_replicas_on_one_machine_hold_identical_variables():
         np.testing.assert_array_equal(first, second)
     accuracy = float(result.stdout.split("epoch 3/3")[1].split("accuracy ")[1].split("%")[0])
     assert accuracy > 90  # it learnt
+
+
+def failed(result):
+    """The run stopped with exit code 1 before training; its last line of stderr."""
+    assert result.returncode == 1 and not result.timed_out, result.report()
+    assert result.stdout == "TensorFlow 2.21.0 sees 0 GPU(s)\n"  # no replica, no training
+    return result.outputs[0].stderr.splitlines()[-1]
+
+
+#: .venv-tf holds TensorFlow without its CUDA libraries (the packages `tensorflow[and-cuda]`
+#: adds), as `make test-extras` installs it: it sees no GPU, even on a machine with GPUs.
+CUDA_LIBRARIES = list((TF_VENV / "lib").glob("python*/site-packages/nvidia_cublas_cu12-*"))
+
+
+@pytest.mark.skipif(bool(CUDA_LIBRARIES), reason="TensorFlow has its CUDA libraries here")
+def test_gpus_given_by_slurm_to_a_tensorflow_without_cuda_stop_the_run_with_one_line():
+    result = run(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT, check=False,
+                 env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    line = failed(result)
+    assert line == ("GPUs were expected (CUDA_VISIBLE_DEVICES=0,1) but TensorFlow sees none: "
+                    "install it with pip install 'tensorflow[and-cuda]'")
+    check_text(result.stdout + line + "\n", result.script, "no-gpu")  # without TF's log lines
+
+
+def test_gpus_named_but_not_found_stop_the_run_with_any_tensorflow():
+    result = run(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT, check=False,
+                 env={"CUDA_VISIBLE_DEVICES": NO_SUCH_GPU})
+    assert failed(result).startswith(f"GPUs were expected (CUDA_VISIBLE_DEVICES={NO_SUCH_GPU})")
+
+
+def test_expect_gpus_stops_the_run_when_tensorflow_sees_none():
+    result = run(SNIPPET, "--expect-gpus", launcher="tf-python", timeout=TF_TIMEOUT,
+                 check=False, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert failed(result).startswith("GPUs were expected (--expect-gpus) but TensorFlow sees none")
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_one_replica_per_gpu():
+    """Needs TensorFlow with CUDA in .venv-tf: pip install 'tensorflow[and-cuda]'."""
+    result = run_every_rank_saves(SNIPPET, "--expect-gpus", launcher="tf-python",
+                                  timeout=TF_TIMEOUT, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert result.stdout.startswith("TensorFlow 2.21.0 sees 2 GPU(s)\n"
+                                    "2 replicas on GPU:0, GPU:1\n"), result.report()
+    assert "final variables identical on all 2 replicas" in result.stdout

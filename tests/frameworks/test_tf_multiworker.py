@@ -63,3 +63,14 @@ def test_expand_hostlist_names_the_hosts_as_scontrol_does():
     assert expand("localhost") == ["localhost"]
     assert expand("gpu[07-09,12],login1") == ["gpu07", "gpu08", "gpu09", "gpu12", "login1"]
     assert expand("a[1-2],b3,c[10-11]") == ["a1", "a2", "b3", "c10", "c11"]
+
+
+@needs_tensorflow
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_one_worker_holds_a_replica_on_each():
+    """Needs TensorFlow with CUDA in .venv-tf (pip install 'tensorflow[and-cuda]'); on the
+    CPU a worker holds one replica, so two replicas show that the GPUs were used."""
+    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT,
+                                  env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert result.stdout.startswith("1 workers, 2 replicas, 32 samples per step\n"), result.report()
+    assert "final variables identical on all 2 replicas" in result.stdout

@@ -32,10 +32,22 @@ def bug_and_fix(script: str, timeout: int = 5) -> dict[str, Result]:
                         fix=dict(common, args=["--fix"]))
 
 
+def bug_and_fix_on_gpus(script: str, timeout: int = 20) -> dict[str, Result]:
+    """bug_and_fix on 2 GPUs (NCCL); a longer collective timeout, as NCCL starts slower."""
+    common = dict(script=script, launcher="torchrun", nproc=2, timeout=240, check=False)
+    return run_together(bug=dict(common, args=["--timeout", str(timeout)]),
+                        fix=dict(common, args=["--fix"]))
+
+
+def check_failed_by_itself(result: Result) -> None:
+    """The run failed, and was not killed by the harness: the collective timeout ended it."""
+    assert not result.timed_out and result.returncode != 0, result.report()
+
+
 def check_gloo_hang(result: Result) -> None:
     """The run failed by itself (not killed by the harness) with gloo's error on every
     rank that reported, and those lines match <snippet>.hang.out."""
-    assert not result.timed_out and result.returncode != 0, result.report()
+    check_failed_by_itself(result)
     lines = error_lines(result)
     assert lines and all(re.search(GLOO_ERROR, line) for line in lines), result.report()
     check_errors(result, "hang", lines)

@@ -4,6 +4,7 @@ import socket
 
 import pytest
 
+from harness.launch import run
 from harness.outputs import check_output
 from tests.troubleshooting.common import check_errors, error_lines, run_together
 
@@ -45,3 +46,9 @@ def test_an_unknown_host_name_keeps_the_launcher_retrying(runs):
     lines = error_lines(result, r"node17\.invalid.*Name or service not known")
     assert len(lines) >= 1, result.report()
     check_errors(result, "unknown-host", lines[:1])
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_every_process_answers_over_nccl():
+    result = run(SNIPPET, launcher="torchrun", nproc=2, timeout=180)
+    assert result.stdout == "2 of 2 processes answered, on 1 host(s), using nccl\n"

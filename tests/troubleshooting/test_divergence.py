@@ -40,3 +40,14 @@ def test_training_through_model_module_lets_the_replicas_drift_apart(runs):
     assert "replicas identical: NO" in result.stdout
     # the checksum of rank 0 also differs from that of the right run: it trained alone
     assert rows[0][1] != pytest.approx(table(runs["right"].stdout)[0][1], abs=1e-4)
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_the_replicas_stay_identical_and_model_module_lets_them_drift():
+    common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=240)
+    gpu = run_together(right=common, bug=dict(common, args=["--bug"]))
+    right, bug = table(gpu["right"].stdout), table(gpu["bug"].stdout)
+    assert sorted(right) == [0, 1] and right[0][1] == right[1][1]
+    assert "replicas identical: yes" in gpu["right"].stdout
+    assert bug[0][1] != bug[1][1]
+    assert "replicas identical: NO" in gpu["bug"].stdout

@@ -62,12 +62,38 @@ def test_detail_makes_ddp_crash_on_gloo(runs):
     assert "validation loss" not in result.stdout
 
 
+#: What torch 2.13 prints on rank 0 when a barrier on NCCL does not say which GPU it runs on.
+BARRIER_DEVICE_WARNING = "barrier(): using the device under current context"
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_the_fix_runs_and_its_barrier_names_its_gpu(tmp_path):
+    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=180, workdir=tmp_path)
+    printed = [float(line.split()[-1]) for line in result.stdout.splitlines()
+               if "validation loss" in line]
+    assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
+    assert BARRIER_DEVICE_WARNING not in result.text
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_rank_0_alone_in_a_collective_fails_the_job_at_the_timeout(tmp_path):
+    """NCCL may pair rank 0's all-reduce with rank 1's barrier (a one-element all-reduce)
+    and go on, but rank 0 calls three collectives more than rank 1 in all: the job cannot
+    end well, and the timeout ends it."""
+    result = run(SNIPPET, "--timeout", "20", launcher="torchrun", nproc=2, check=False,
+                 timeout=240, workdir=tmp_path)
+    assert not result.timed_out and result.returncode != 0, result.report()
+    assert BARRIER_DEVICE_WARNING not in result.text
+
+
 @pytest.mark.multigpu(2)
 def test_on_gpus_detail_names_the_mismatched_collectives(tmp_path):
     result = run(SNIPPET, "--timeout", "60", launcher="torchrun", nproc=2, check=False,
                  timeout=120, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     assert result.returncode != 0
     assert "Detected mismatch between collectives on ranks" in result.text, result.report()
+    assert "OpType=ALLREDUCE" in result.text and "OpType=BARRIER" in result.text
+    assert "validation loss" not in result.stdout  # stopped before NCCL ran either
 
 
 @pytest.mark.multigpu(2)
