@@ -68,7 +68,9 @@ clean:
 EXTRAS_STAMP := $(VENV)/.installed-extras
 TF_VENV := .venv-tf
 TF_STAMP := $(TF_VENV)/.installed
-TF_PACKAGES := tensorflow-cpu==2.21.0 tf-keras==2.21.0
+# On a machine with NVIDIA GPUs, TensorFlow with its CUDA libraries (the GPU tests need it).
+TF_BUILD := $(if $(shell command -v nvidia-smi),tensorflow[and-cuda],tensorflow-cpu)
+TF_PACKAGES := '$(TF_BUILD)==2.21.0' tf-keras==2.21.0
 
 $(EXTRAS_STAMP): $(STAMP) requirements-extras.txt snippets/frameworks/build_horovod.sh
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-extras.txt
