@@ -16,6 +16,9 @@ from harness.launch import Result, run
 
 #: Two processes per node instead of four: world size 4 on the two simulated nodes.
 TWO_PER_NODE = ("--ntasks-per-node=2", "--gpus-per-node=2")
+#: Makes the job's sruns say, on the job's standard error, how many CPUs each step asks for.
+SRUN_DEBUG = {"SLURM_DEBUG": "2"}
+
 
 def submit(script: str, *args: str, files: tuple[str, ...] = ("slurm/train.py",),
            world_size: int = 0, timeout: float = 300, **options) -> Result:
@@ -62,6 +65,16 @@ def whereami(stdout: str) -> list[tuple]:
             for r, w, node, local, gpu, visible, threads in re.findall(
                 r"^rank (\d+) of (\d+): (\S+), local rank (\d+), cuda:(\d+), "
                 r"CUDA_VISIBLE_DEVICES=(\S*), OMP_NUM_THREADS=(\S*)$", stdout, re.M)]
+
+
+def srun_steps(result: Result) -> list[tuple[int, int]]:
+    """(CPUs, tasks) of every step the job's sruns started, from a job run with SRUN_DEBUG.
+
+    The local cluster binds no task to cores, and every task inherits the batch script's
+    SLURM_CPUS_PER_TASK whatever srun asked for: what srun asked for is the evidence.
+    """
+    return [(int(cpus), int(tasks)) for cpus, tasks in re.findall(
+        r"^srun: debug: +cpus (\d+), tasks (\d+),", result.text, re.M)]
 
 
 def losses(stdout: str) -> list[str]:
