@@ -84,3 +84,29 @@ def test_the_job_script_trains_on_two_nodes_as_four_processes_on_one():
     assert ours.keys() == theirs.keys()
     for key in ours:
         assert torch.equal(ours[key], theirs[key]), key
+
+
+# The job script on a GPU cluster: tests/slurm/real_cluster.py
+from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,  # noqa: E402
+                                      submit_real)
+
+
+@on_the_gpu_cluster()
+def test_the_job_script_on_a_gpu_cluster():
+    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
+    `accelerate launch` per node, and the model of torchrun on as many of this node's GPUs."""
+    cluster = real_cluster()
+    per_node = cluster.gpus_per_node // cluster.nodes
+    world = cluster.nodes * per_node
+    job = submit_real(cluster, "frameworks/accelerate_train.sbatch", files=(SNIPPET,),
+                      world_size=world,
+                      sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
+    assert job.stdout.startswith(f"processes: {world}, MULTI_GPU on cuda\n")  # printed once
+    assert job.stdout.count("saved model.pt") == 1
+    assert job_end(job)["state"] == "COMPLETED"
+    one_node = run(SNIPPET, launcher="torchrun", nproc=world)
+    ours = torch.load(job.workdir / "model.pt", map_location="cpu", weights_only=True)
+    theirs = torch.load(one_node.workdir / "model.pt", map_location="cpu", weights_only=True)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=GPU_ATOL)

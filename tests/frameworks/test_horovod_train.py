@@ -65,3 +65,31 @@ def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
     assert len(saved) == len(expected)
     for a, b in zip(saved.values(), expected):
         np.testing.assert_array_equal(a.numpy(), b)
+
+
+# The job script on a GPU cluster: tests/slurm/real_cluster.py
+from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,  # noqa: E402
+                                      submit_real)
+
+
+@on_the_gpu_cluster()
+def test_the_job_script_on_a_gpu_cluster():
+    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
+    task per GPU of one node, connected by MPI, ending with the model of horovodrun on as
+    many of this node's GPUs."""
+    if not horovod_built_with_mpi():
+        pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
+    cluster = real_cluster()
+    gpus = cluster.gpus_per_node
+    result = submit_real(cluster, "frameworks/horovod_train.sbatch",
+                         files=("frameworks/horovod_train.py",),
+                         sbatch_args=cluster.shape(nodes=1))
+    assert result.stdout.startswith(f"{gpus} processes, MPI controller, on cuda")
+    assert f"final parameters identical on all {gpus} processes" in result.stdout
+    assert job_end(result)["state"] == "COMPLETED"
+    saved = torch.load(result.workdir / "model.pt", map_location="cpu", weights_only=True)
+    expected = assert_every_rank_holds_the_same(
+        run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=gpus), gpus)
+    assert len(saved) == len(expected)
+    for a, b in zip(saved.values(), expected):
+        np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=GPU_ATOL)
