@@ -8,6 +8,7 @@ without GPUs, the CPU and gloo.
 Checkpoints are saved after every epoch and resumed from. On SIGUSR1 every
 process stops at the next step, rank 0 saves a checkpoint, and the script
 exits: the job script then requeues the job, which resumes where it stopped.
+A checkpoint records the model it holds; the script refuses to resume another.
 """
 
 import argparse
@@ -106,27 +107,47 @@ def make_dataset(n=1024, features=20, classes=4):
     return TensorDataset(x, y)
 
 
+def model_config(args, features=20, classes=4):
+    """What a checkpoint records about the model that made it."""
+    return {"script": "train.py", "features": features, "hidden": args.hidden,
+            "classes": classes}
+
+
 def make_model(hidden=64, features=20, classes=4):
     return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(),
                          nn.Linear(hidden, hidden), nn.ReLU(),
                          nn.Linear(hidden, classes))
 
 
-def save_checkpoint(path, model, optimizer, step):
+def save_checkpoint(path, model, optimizer, step, config, device):
     """Rank 0 writes the checkpoint; every process waits until it is complete."""
     if dist.get_rank() == 0:
-        state = {"model": model.module.state_dict(),
+        state = {"model": model.module.state_dict(), "config": config,
                  "optimizer": optimizer.state_dict(), "step": step}
         torch.save(state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)  # atomic: a kill while saving keeps the old one
-    dist.barrier()
+    # With NCCL, the barrier runs on this process's GPU, not on a guessed one.
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def load_checkpoint(path, model, optimizer, device):
+def describe(config):
+    """E.g. "train.py's model (features 20, hidden 64, classes 4)"."""
+    if not isinstance(config, dict) or "script" not in config:
+        return "a model it does not describe"
+    sizes = ", ".join(f"{key} {value}" for key, value in config.items() if key != "script")
+    return f"{config['script']}'s model ({sizes})"
+
+
+def load_checkpoint(path, model, optimizer, config, device):
     """Load the checkpoint if there is one; return the number of steps already done."""
     if not os.path.exists(path):
         return 0
     state = torch.load(path, map_location=device, weights_only=True)
+    if state.get("config") != config:  # another job's model: stop, do not train on
+        message = (f"train.py: {path} holds {describe(state.get('config'))}, not "
+                   f"{describe(config)}: give this job its own --checkpoint file, "
+                   f"or delete {path} to start afresh")
+        sys.exit(message if dist.get_rank() == 0 else 1)  # one line, from rank 0
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return state["step"]
@@ -148,7 +169,8 @@ def train(args, device):
                         drop_last=True)
     model = make_model(args.hidden).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    step = load_checkpoint(args.checkpoint, model, optimizer, device)
+    config = model_config(args)
+    step = load_checkpoint(args.checkpoint, model, optimizer, config, device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     steps_per_epoch = len(loader)
@@ -166,7 +188,7 @@ def train(args, device):
             if epoch == start_epoch and i < done_in_epoch:
                 continue  # trained on before the checkpoint was saved
             if everyone_agrees_to_stop(device):
-                save_checkpoint(args.checkpoint, model, optimizer, step)
+                save_checkpoint(args.checkpoint, model, optimizer, step, config, device)
                 if rank == 0:
                     print(f"SIGUSR1: saved {args.checkpoint} at step {step} "
                           "and stopped")
@@ -183,7 +205,7 @@ def train(args, device):
                 if rank == 0:
                     print(f"epoch {epoch + 1}/{args.epochs}  "
                           f"step {step}/{total_steps}  loss {average.item():.4f}")
-        save_checkpoint(args.checkpoint, model, optimizer, step)
+        save_checkpoint(args.checkpoint, model, optimizer, step, config, device)
     if rank == 0:
         print(f"done: {step} steps, final model in {args.checkpoint}")
 

@@ -13,6 +13,8 @@ from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_acc
                                      rank_stdout, run_every_rank_saves, saved,
                                      without_deepspeed_noise)
 from tests.slurm.jobs import job_end, submit
+from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
+                                      submit_real)
 
 SNIPPET = "frameworks/accelerate_train.py"
 MULTI = ["--multi_gpu", "--num_processes", "2"]  # what the page tells readers to run
@@ -93,3 +95,24 @@ def test_on_two_gpus_accelerate_launch_trains_one_process_per_gpu():
     assert result.stdout.count("(32 steps per process)") == 3
     assert "final parameters identical on all 2 processes" in result.stdout
     assert_every_rank_holds_the_same(result, 2)
+
+
+@on_the_gpu_cluster()
+def test_the_job_script_on_a_gpu_cluster():
+    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
+    `accelerate launch` per node, and the model of torchrun on as many of this node's GPUs."""
+    cluster = real_cluster()
+    per_node = cluster.gpus_per_node // cluster.nodes
+    world = cluster.nodes * per_node
+    job = submit_real(cluster, "frameworks/accelerate_train.sbatch", files=(SNIPPET,),
+                      world_size=world,
+                      sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
+    assert job.stdout.startswith(f"processes: {world}, MULTI_GPU on cuda\n")  # printed once
+    assert job.stdout.count("saved model.pt") == 1
+    assert job_end(job)["state"] == "COMPLETED"
+    one_node = run(SNIPPET, launcher="torchrun", nproc=world)
+    ours = torch.load(job.workdir / "model.pt", map_location="cpu", weights_only=True)
+    theirs = torch.load(one_node.workdir / "model.pt", map_location="cpu", weights_only=True)
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=GPU_ATOL)

@@ -11,6 +11,8 @@ import torch
 from harness.outputs import check_output
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
 from tests.slurm.jobs import job_end, submit
+from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
+                                      submit_real)
 
 SNIPPET = "frameworks/horovod_train.py"
 
@@ -74,3 +76,26 @@ def test_on_two_gpus_each_process_trains_on_its_own_gpu():
     assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cuda")
     assert "final parameters identical on all 2 processes" in result.stdout
     assert_every_rank_holds_the_same(result, 2)
+
+
+@on_the_gpu_cluster()
+def test_the_job_script_on_a_gpu_cluster():
+    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
+    task per GPU of one node, connected by MPI, ending with the model of horovodrun on as
+    many of this node's GPUs."""
+    if not horovod_built_with_mpi():
+        pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
+    cluster = real_cluster()
+    gpus = cluster.gpus_per_node
+    result = submit_real(cluster, "frameworks/horovod_train.sbatch",
+                         files=("frameworks/horovod_train.py",),
+                         sbatch_args=cluster.shape(nodes=1))
+    assert result.stdout.startswith(f"{gpus} processes, MPI controller, on cuda")
+    assert f"final parameters identical on all {gpus} processes" in result.stdout
+    assert job_end(result)["state"] == "COMPLETED"
+    saved = torch.load(result.workdir / "model.pt", map_location="cpu", weights_only=True)
+    expected = assert_every_rank_holds_the_same(
+        run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=gpus), gpus)
+    assert len(saved) == len(expected)
+    for a, b in zip(saved.values(), expected):
+        np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=GPU_ATOL)

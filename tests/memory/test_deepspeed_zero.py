@@ -13,6 +13,7 @@ from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_wei
                                deepspeed_gpu_run, deepspeed_run, deepspeed_tables,
                                needs_deepspeed, reference, saved, without_deepspeed_logs)
 from tests.slurm.jobs import submit
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SNIPPET = "memory/deepspeed_zero.py"
 pytestmark = needs_deepspeed
@@ -56,3 +57,17 @@ def test_the_job_script_runs_zero3_on_two_nodes():
 @pytest.mark.multigpu(2)
 def test_on_two_gpus():
     assert_every_config_trains_like_one_process(deepspeed_gpu_run(), 2, atol=GPU_ATOL)
+
+
+@on_the_gpu_cluster()
+def test_the_job_script_on_a_gpu_cluster():
+    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
+    torchrun per node of that job (1 or 2), ZeRO-3 across all their GPUs."""
+    cluster = real_cluster()
+    per_node = cluster.gpus_per_node // cluster.nodes
+    world = cluster.nodes * per_node
+    result = submit_real(cluster, "memory/deepspeed_zero.sbatch", world_size=world,
+                         files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"),
+                         sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
+    assert_every_config_trains_like_one_process(result, world, atol=GPU_ATOL,
+                                                configs=["ds_config_zero3.json"])

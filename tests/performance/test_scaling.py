@@ -18,6 +18,7 @@ import pytest
 from harness.launch import ROOT, run, snippet
 from harness.outputs import check_output
 from tests.performance.reference import snippet_code
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SNIPPET = "performance/scaling.py"
 JOB_SCRIPT = "performance/scaling.sbatch"
@@ -97,3 +98,18 @@ def test_on_gpus(tmp_path):
         result = run(SNIPPET, launcher="torchrun", nproc=n, workdir=tmp_path)
     assert [row[0] for row in rows(result.stdout)] == [1, 2]
     assert ", nccl: " in result.stdout
+
+
+@on_the_gpu_cluster(gpus=4)
+def test_the_job_script_on_a_gpu_cluster():
+    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py). It
+    measures 1, 2, 4 and 8 GPUs, so it needs that job to have 2 nodes of 4 GPUs."""
+    cluster = real_cluster(gpus=4)
+    if cluster.nodes < 2:
+        pytest.skip("scaling.sbatch measures up to 8 GPUs: needs a job of 2 nodes with 4 GPUs")
+    result = submit_real(cluster, JOB_SCRIPT, files=(SNIPPET,),
+                         sbatch_args=cluster.shape(gpus_per_node=4))
+    assert [row[0] for row in rows(result.stdout)] == [1, 2, 4, 8]
+    assert ", nccl: " in result.stdout.splitlines()[0]  # the GPU's name, then the backend
+    assert len((result.workdir / "scaling.jsonl").read_text().splitlines()) == 4
+    assert png_size(result.workdir / "scaling.png") == (900, 350)

@@ -9,6 +9,7 @@ would edit too; the tests use them only to fit 2-node runs on a 2-core machine.
 from __future__ import annotations
 
 import re
+import subprocess
 
 import torch
 
@@ -16,6 +17,9 @@ from harness.launch import Result, run
 
 #: Two processes per node instead of four: world size 4 on the two simulated nodes.
 TWO_PER_NODE = ("--ntasks-per-node=2", "--gpus-per-node=2")
+#: Makes the job's sruns say, on the job's standard error, how many CPUs each step asks for.
+SRUN_DEBUG = {"SLURM_DEBUG": "2"}
+
 
 def submit(script: str, *args: str, files: tuple[str, ...] = ("slurm/train.py",),
            world_size: int = 0, timeout: float = 300, **options) -> Result:
@@ -47,6 +51,23 @@ def placement(stdout: str) -> tuple[int, dict[str, list[int]]]:
     return int(line[1]), nodes
 
 
+def backend(stdout: str) -> str:
+    """"gloo on cpu" or "nccl on cuda", from train.py's first line."""
+    line = re.search(r"^world size \d+ \((\w+ on \w+)\): ", stdout, re.M)
+    assert line, stdout
+    return line[1]
+
+
+def job_nodes(result: Result) -> list[str]:
+    """The nodes the job was given (all of them, used or not), from the poller's log."""
+    given = re.findall(r"^poller: job \d+: \w+, restarts \d+, nodes (\S+)$",
+                       result.outputs[0].stderr, re.M)
+    assert given, result.report()
+    names = subprocess.run(["scontrol", "show", "hostnames", given[-1]], capture_output=True,
+                           text=True, timeout=30, check=True)
+    return names.stdout.split()
+
+
 def on_one_node(stdout: str) -> tuple[int, list[int]]:
     """World size and the ranks of a job that ran on one node, whichever node the shared
     cluster had free (fails if the ranks are spread over several)."""
@@ -64,24 +85,38 @@ def whereami(stdout: str) -> list[tuple]:
                 r"CUDA_VISIBLE_DEVICES=(\S*), OMP_NUM_THREADS=(\S*)$", stdout, re.M)]
 
 
+def srun_steps(result: Result) -> list[tuple[int, int]]:
+    """(CPUs, tasks) of every step the job's sruns started, from a job run with SRUN_DEBUG.
+
+    The local cluster binds no task to cores, and every task inherits the batch script's
+    SLURM_CPUS_PER_TASK whatever srun asked for: what srun asked for is the evidence.
+    """
+    return [(int(cpus), int(tasks)) for cpus, tasks in re.findall(
+        r"^srun: debug: +cpus (\d+), tasks (\d+),", result.text, re.M)]
+
+
 def losses(stdout: str) -> list[str]:
     """The loss lines train.py printed."""
     return re.findall(r"^epoch .* loss .*$", stdout, re.M)
 
 
-def checkpoint(result: Result) -> dict:
+def checkpoint(result: Result, name: str = "checkpoint.pt") -> dict:
     """The checkpoint train.py left in the job's folder."""
-    return torch.load(result.workdir / "checkpoint.pt", weights_only=True)
+    return torch.load(result.workdir / name, map_location="cpu", weights_only=True)
 
 
-def assert_same_training(result: Result, reference: Result) -> None:
-    """Both jobs ended with the same model and optimiser state, bit for bit."""
-    ours, theirs = checkpoint(result), checkpoint(reference)
-    assert ours["step"] == theirs["step"]
+def assert_same_training(result: Result, reference: Result, name: str = "checkpoint.pt",
+                         atol: float = 0.0) -> None:
+    """Both jobs ended with the same model and optimiser state: bit for bit, or within
+    ``atol`` (GPUs: the same sums, added up in another order)."""
+    ours, theirs = checkpoint(result, name), checkpoint(reference, name)
+    assert ours["step"] == theirs["step"] and ours["config"] == theirs["config"]
     for part in ("model", "optimizer"):
         a, b = _tensors(ours[part]), _tensors(theirs[part])
         assert a.keys() == b.keys() and a, part
-        different = [key for key in a if not torch.equal(a[key], b[key])]
+        different = [key for key in a if not (
+            torch.equal(a[key], b[key]) if atol == 0 else
+            torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=atol))]
         assert not different, f"{part}: {different} differ"
 
 

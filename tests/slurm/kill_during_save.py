@@ -19,7 +19,8 @@ train = runpy.run_path(sys.argv[1])  # the snippet's functions, without running 
 dist.init_process_group("gloo", rank=0, world_size=1)
 model = DDP(train["make_model"]())
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-train["save_checkpoint"]("checkpoint.pt", model, optimizer, step=1)
+config, cpu = {"script": "train.py"}, torch.device("cpu")
+train["save_checkpoint"]("checkpoint.pt", model, optimizer, 1, config, cpu)
 print("saved step 1", flush=True)
 
 with torch.no_grad():
@@ -38,4 +39,4 @@ def save_half_then_die(obj, path):
 
 
 torch.save = save_half_then_die
-train["save_checkpoint"]("checkpoint.pt", model, optimizer, step=2)
+train["save_checkpoint"]("checkpoint.pt", model, optimizer, 2, config, cpu)

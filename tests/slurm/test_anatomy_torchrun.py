@@ -1,25 +1,47 @@
 """snippets/slurm/anatomy_torchrun.sbatch, shown on docs/slurm/anatomy.md: one torchrun
 per node.
 
-Submitted as it is: 2 nodes, one task of 32 cores and 4 GPUs per node.
+Submitted as it is: 2 nodes, one task of 32 cores and 4 GPUs per node. With SLURM_DEBUG,
+srun says it asks for the 32 cores of each torchrun, whose 4 processes share them. On a
+GPU cluster, one torchrun per node of the job the tests run in (1 or 2), with its GPUs.
 """
 
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import submit, whereami
+from tests.slurm.jobs import SRUN_DEBUG, srun_steps, submit, whereami
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
-pytestmark = pytest.mark.slurm
 
-
-def test_each_torchrun_starts_one_process_per_gpu_of_its_node():
-    result = submit("slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",))
-    # The rendezvous decides which node gets ranks 0-3: not always the first.
-    check_output(result)
+def assert_one_torchrun_per_node(result, nodes: int, gpus: int, cpus: int) -> set[str]:
+    """Each node's processes hold consecutive ranks (the rendezvous decides which node gets
+    ranks 0 and up: not always the first), local rank = GPU, the node's cores shared out."""
     rows = whereami(result.stdout)
-    assert [row[0] for row in rows] == list(range(8))
-    assert {row[2] for row in rows[:4]} | {row[2] for row in rows[4:]} == {"node1", "node2"}
-    assert len({row[2] for row in rows[:4]}) == 1 and len({row[2] for row in rows[4:]}) == 1
-    assert [row[1] for row in rows] == [8] * 8
-    assert [(row[3], row[4]) for row in rows] == [(rank % 4, rank % 4) for rank in range(8)]
-    assert {row[5:] for row in rows} == {("0,1,2,3", "8")}
+    assert [row[0] for row in rows] == list(range(nodes * gpus))
+    groups = [{row[2] for row in rows[n * gpus:(n + 1) * gpus]} for n in range(nodes)]
+    assert all(len(group) == 1 for group in groups) and len(set.union(*groups)) == nodes
+    assert [row[1] for row in rows] == [nodes * gpus] * (nodes * gpus)
+    assert [(row[3], row[4]) for row in rows] == [(rank % gpus, rank % gpus)
+                                                  for rank in range(nodes * gpus)]
+    assert len({row[5:] for row in rows}) == 1 and rows[0][6] == str(cpus // gpus)
+    assert len(rows[0][5].split(",")) == gpus
+    assert srun_steps(result) == [(nodes * cpus, nodes)]  # not 1 core per torchrun
+    return set.union(*groups)
+
+
+@pytest.mark.slurm
+def test_each_torchrun_starts_one_process_per_gpu_of_its_node():
+    result = submit("slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",),
+                    env=SRUN_DEBUG)
+    check_output(result)
+    assert assert_one_torchrun_per_node(result, 2, 4, 32) == {"node1", "node2"}
+    assert whereami(result.stdout)[0][5] == "0,1,2,3"
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster():
+    cluster = real_cluster()
+    result = submit_real(cluster, "slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",),
+                         env=SRUN_DEBUG, sbatch_args=cluster.shape(tasks_per_gpu=False))
+    gpus = cluster.gpus_per_node
+    assert_one_torchrun_per_node(result, cluster.nodes, gpus, gpus * cluster.cpus_per_gpu)

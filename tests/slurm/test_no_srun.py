@@ -1,20 +1,39 @@
 """snippets/slurm/no_srun.sbatch, shown on docs/slurm/pitfalls.md: a 2-node job that
 starts torchrun without srun.
 
-Submitted as it is. The job gets both nodes, and all 4 processes run on the first.
+Submitted as it is. The job gets both nodes, and all 4 processes run on the first. On
+a GPU cluster, the same with the GPUs per node of the job the tests run in (on 2 nodes
+when that job has 2, otherwise 1, where only the placement can be checked).
 """
 
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import job_end, placement, submit
+from tests.slurm.jobs import backend, job_end, job_nodes, placement, submit
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
-pytestmark = pytest.mark.slurm
+
+def assert_only_the_first_node_works(result, nodes: int, gpus: int) -> str:
+    given = job_nodes(result)
+    assert len(given) == nodes  # the job had this many nodes...
+    assert placement(result.stdout) == (gpus, {given[0]: list(range(gpus))})  # ...used one
+    assert job_end(result)["state"] == "COMPLETED"  # and nothing says so
+    return given[0]
 
 
+@pytest.mark.slurm
 def test_only_the_first_node_works():
     result = submit("slurm/no_srun.sbatch", world_size=4)
     check_output(result)
-    assert "nodes node[1-2]" in result.outputs[0].stderr  # the job had two nodes...
-    assert placement(result.stdout) == (4, {"node1": [0, 1, 2, 3]})  # ...and used one
-    assert job_end(result)["state"] == "COMPLETED"  # and nothing says so
+    assert job_nodes(result) == ["node1", "node2"]
+    assert assert_only_the_first_node_works(result, 2, 4) == "node1"
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster(monkeypatch):
+    cluster = real_cluster()
+    cluster.use(monkeypatch)  # job_nodes asks the cluster's scontrol
+    result = submit_real(cluster, "slurm/no_srun.sbatch", world_size=cluster.gpus_per_node,
+                         sbatch_args=cluster.shape(tasks_per_gpu=False))
+    assert_only_the_first_node_works(result, cluster.nodes, cluster.gpus_per_node)
+    assert backend(result.stdout) == "nccl on cuda"

@@ -1,12 +1,15 @@
 """snippets/slurm/preemptible.sbatch, shown on docs/slurm/preemption.md.
 
-Two copies of the job run side by side, with 2 tasks and 2 GPUs each. One is left alone.
-The other gets, while it trains, the signal that --signal=B:USR1@300 sends 5 minutes
-before the time limit (sent here at once, with scancel). It saves a checkpoint, is
-requeued, resumes in its second run, and ends with exactly the model and optimiser
-state of the uninterrupted job.
+Two copies of the job run side by side, with 2 tasks and 2 GPUs each. One is left alone,
+in the folder where one_node.sbatch ran before: the checkpoint.pt there holds another
+model, which this job must neither resume from nor overwrite. The other gets, while it
+trains, the signal that --signal=B:USR1@300 sends 5 minutes before the time limit (sent
+here at once, with scancel). It saves a checkpoint, is requeued, resumes in its second
+run, and ends with exactly the model and optimiser state of the uninterrupted job.
+On a GPU cluster, the same with the GPUs of one node each.
 """
 
+import functools
 import re
 import subprocess
 import time
@@ -17,11 +20,13 @@ import pytest
 
 from harness.outputs import check_output
 from harness.slurm import job_info, jobs_in
-from tests.slurm.jobs import TWO_PER_NODE, assert_same_training, job_end, losses, submit
-
-pytestmark = pytest.mark.slurm
+from tests.slurm.jobs import (TWO_PER_NODE, assert_same_training, checkpoint, job_end,
+                              losses, placement, submit)
+from tests.slurm.real_cluster import (GPU_ATOL, TIMEOUT, job_folder, on_the_gpu_cluster,
+                                      real_cluster, real_one_node, submit_real)
 
 SCRIPT = "slurm/preemptible.sbatch"
+
 
 def wait_until_training(workdir: Path, submitted: Future, timeout: float = 300) -> str:
     """The id of the job submitted from ``workdir``, once it has printed a loss."""
@@ -39,24 +44,58 @@ def wait_until_training(workdir: Path, submitted: Future, timeout: float = 300) 
     return jobs[0]
 
 
-def test_a_signalled_job_saves_requeues_resumes_and_ends_as_if_never_stopped(tmp_path):
-    alone, stopped = tmp_path / "alone", tmp_path / "stopped"
+def signal_one_of_two(submit, alone: Path, stopped: Path, timeout: float):
+    """Submit the job from both folders; signal the one in ``stopped`` once it trains, as
+    Slurm does 5 minutes before the time limit. Returns its id and both runs."""
     with ThreadPoolExecutor(2) as pool:
-        runs = [pool.submit(submit, SCRIPT, world_size=2, sbatch_args=TWO_PER_NODE, workdir=d,
-                            timeout=600)
-                for d in (alone, stopped)]
-        job = wait_until_training(stopped, runs[1])
+        runs = [pool.submit(submit, SCRIPT, workdir=d, timeout=timeout) for d in (alone, stopped)]
+        job = wait_until_training(stopped, runs[1], timeout)
         subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True, timeout=30)
         reference, result = (run.result() for run in runs)
+    return job, reference, result
 
-    check_output(result)
+
+def assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, atol=0.0):
+    """The signalled job saved, was requeued once, resumed where it stopped and ended
+    with the uninterrupted job's model; that one, in one_node.sbatch's folder, neither
+    resumed from nor overwrote one_node.sbatch's checkpoint.pt."""
     assert job_end(result) == {"state": "COMPLETED", "exit code": "0:0", "restarts": 1}
     assert job_end(reference)["restarts"] == 0
-    saved = int(re.search(r"^SIGUSR1: saved checkpoint.pt at step (\d+) and stopped$",
+    saved = int(re.search(r"^SIGUSR1: saved preemptible.pt at step (\d+) and stopped$",
                           result.stdout, re.M)[1])
-    assert re.search(rf"^job {job}, run 2\n.*^resumed from checkpoint.pt at step {saved}$",
+    assert re.search(rf"^job {job}, run 2\n.*^resumed from preemptible.pt at step {saved}$",
                      result.stdout, re.M | re.S)
-    assert 0 < saved < 160
-    assert "done: 160 steps" in result.stdout
-    assert losses(result.stdout) == losses(reference.stdout)  # each step once, none lost
-    assert_same_training(result, reference)
+    steps = 10 * (1024 // (32 * ranks))  # 10 epochs of 1024 samples, 32 per process and step
+    assert 0 < saved < steps
+    assert f"done: {steps} steps" in result.stdout
+    if atol == 0:
+        assert losses(result.stdout) == losses(reference.stdout)  # each step once, none lost
+    assert len(losses(result.stdout)) == len(losses(reference.stdout)) == steps // 20
+    assert_same_training(result, reference, "preemptible.pt", atol=atol)
+    assert "resumed" not in reference.stdout  # not from one_node.sbatch's checkpoint.pt
+    kept = checkpoint(one_node)  # which is still there, untouched
+    assert kept["config"]["hidden"] == 64
+    assert kept["step"] == 3 * (1024 // (32 * placement(one_node.stdout)[0]))
+
+
+@pytest.mark.slurm
+def test_a_signalled_job_saves_requeues_resumes_and_ends_as_if_never_stopped(tmp_path,
+                                                                            one_node_job):
+    job, reference, result = signal_one_of_two(
+        functools.partial(submit, world_size=2, sbatch_args=TWO_PER_NODE),
+        one_node_job.workdir, tmp_path / "stopped", timeout=600)
+    check_output(result)
+    assert_resumed_as_if_never_stopped(job, result, reference, one_node_job, 2)
+
+
+@on_the_gpu_cluster(jobs=3)
+def test_on_a_gpu_cluster(monkeypatch):
+    cluster = real_cluster()
+    cluster.use(monkeypatch)  # the test's squeue, scontrol and scancel ask the cluster
+    ranks = cluster.gpus_per_node
+    one_node = real_one_node(cluster, ranks)
+    job, reference, result = signal_one_of_two(
+        functools.partial(submit_real, cluster, world_size=ranks,
+                          sbatch_args=cluster.shape(nodes=1)),
+        one_node.workdir, job_folder("preemptible"), timeout=TIMEOUT)
+    assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, atol=GPU_ATOL)

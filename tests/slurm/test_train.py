@@ -2,7 +2,9 @@
 
 The jobs themselves are the tests of the job scripts; here, the promise of
 docs/slurm/preemption.md that a process killed while it writes a checkpoint leaves
-the previous checkpoint whole.
+the previous checkpoint whole, and that a checkpoint of another model (another job's,
+in the same folder) stops the training with one line that says what to do. On 2 GPUs,
+the same with NCCL, whose barrier must be told the process's GPU.
 """
 
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 from harness.launch import run, snippet
+from tests.slurm.jobs import backend
 
 HELPER = Path(__file__).with_name("kill_during_save.py")
 
@@ -24,3 +27,42 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint_intact(tmp_path):
     assert state["step"] == 1
     with pytest.raises(Exception):  # what saving in place would have left behind
         torch.load(tmp_path / "checkpoint.pt.tmp", weights_only=True)
+
+
+def refuse_another_models_checkpoint(folder):
+    """train.py with 16 hidden units, then with 32 in the same folder; both runs."""
+    first = run("slurm/train.py", "--epochs", "1", "--hidden", "16", launcher="torchrun",
+                nproc=2, workdir=folder)
+    assert "done: 16 steps, final model in checkpoint.pt" in first.stdout
+    other = run("slurm/train.py", "--epochs", "1", "--hidden", "32", launcher="torchrun",
+                nproc=2, workdir=folder, check=False)
+    assert other.returncode != 0
+    said = [line for line in other.text.splitlines() if line.startswith("train.py: ")]
+    assert said == [
+        "train.py: checkpoint.pt holds train.py's model (features 20, hidden 16, classes 4), "
+        "not train.py's model (features 20, hidden 32, classes 4): give this job its own "
+        "--checkpoint file, or delete checkpoint.pt to start afresh"]
+    assert "size mismatch" not in other.text and " loss " not in other.text
+    state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert state["config"]["hidden"] == 16
+    return first, other
+
+
+def test_a_checkpoint_of_another_model_stops_every_rank_with_one_line(tmp_path):
+    refuse_another_models_checkpoint(tmp_path)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus(tmp_path):
+    first, _ = refuse_another_models_checkpoint(tmp_path)
+    assert backend(first.stdout) == "nccl on cuda"
+    assert "barrier(): using the device under current context" not in first.text
+
+
+def test_a_checkpoint_that_records_no_model_is_not_resumed_either(tmp_path):
+    torch.save({"model": {}, "optimizer": {}, "step": 3}, tmp_path / "checkpoint.pt")
+    result = run("slurm/train.py", "--epochs", "1", launcher="torchrun", nproc=1,
+                 workdir=tmp_path, check=False)
+    assert result.returncode != 0
+    assert ("train.py: checkpoint.pt holds a model it does not describe, not train.py's "
+            "model (features 20, hidden 64, classes 4):") in result.text

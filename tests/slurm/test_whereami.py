@@ -1,20 +1,40 @@
 """snippets/slurm/whereami.py, shown on docs/slurm/anatomy.md.
 
 The page's one-line try-out: srun, typed on a login node, starts the script on two
-nodes with two tasks each, and each task reports its rank, node and GPUs.
+nodes with two tasks each, and each task reports its rank, node and GPUs. On a GPU
+cluster, the same srun, typed in the job the tests run in as on a login node, on as
+many nodes as that job has (1 or 2).
 """
 
 import pytest
 
 from harness.launch import run
 from tests.slurm.jobs import whereami
+from tests.slurm.real_cluster import TIMEOUT, job_folder, on_the_gpu_cluster, real_cluster
 
-pytestmark = pytest.mark.slurm
+
+def assert_two_tasks_per_node_with_two_gpus(result, nodes: int) -> list[str]:
+    rows = sorted(row[:6] for row in whereami(result.stdout))
+    names = [row[2] for row in rows[::2]]
+    visible = rows[0][5]
+    assert len(set(names)) == nodes and len(visible.split(",")) == 2
+    assert rows == [(rank, 2 * nodes, names[rank // 2], rank % 2, rank % 2, visible)
+                    for rank in range(2 * nodes)]
+    return names
 
 
+@pytest.mark.slurm
 def test_srun_on_a_login_node_starts_every_task_where_slurm_says():
     result = run("slurm/whereami.py", launcher="srun", nnodes=2, nproc=2, world_size=0,
                  srun_args=["--gpus-per-node=2"])
-    rows = sorted(row[:6] for row in whereami(result.stdout))
-    assert rows == [(0, 4, "node1", 0, 0, "0,1"), (1, 4, "node1", 1, 1, "0,1"),
-                    (2, 4, "node2", 0, 0, "0,1"), (3, 4, "node2", 1, 1, "0,1")]
+    assert assert_two_tasks_per_node_with_two_gpus(result, 2) == ["node1", "node2"]
+    assert whereami(result.stdout)[0][5] == "0,1"
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster():
+    cluster = real_cluster()
+    result = run("slurm/whereami.py", launcher="real-srun", nnodes=cluster.nodes, nproc=2,
+                 world_size=0, workdir=job_folder("whereami"), timeout=TIMEOUT,
+                 srun_args=[*cluster.options, "--gpus-per-node=2"])
+    assert_two_tasks_per_node_with_two_gpus(result, cluster.nodes)
