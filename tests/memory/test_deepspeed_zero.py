@@ -64,10 +64,9 @@ def test_the_job_script_on_a_gpu_cluster():
     """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
     torchrun per node of that job (1 or 2), ZeRO-3 across all their GPUs."""
     cluster = real_cluster()
-    per_node = cluster.gpus_per_node // cluster.nodes
-    world = cluster.nodes * per_node
+    world = cluster.nodes * cluster.gpus_per_node
     result = submit_real(cluster, "memory/deepspeed_zero.sbatch", world_size=world,
                          files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"),
-                         sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
+                         sbatch_args=cluster.shape(tasks_per_gpu=False))
     assert_every_config_trains_like_one_process(result, world, atol=GPU_ATOL,
                                                 configs=["ds_config_zero3.json"])
