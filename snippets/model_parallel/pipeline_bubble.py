@@ -6,7 +6,8 @@ Run it with one process per stage:
 Each stage's work takes a fixed time: it sleeps FORWARD_SECONDS in its forward
 pass and twice that in its backward pass, like a layer whose backward costs
 twice its forward. The sleeps stand in for real computation, so the timings
-show the schedule, not the speed or the noise of the machine.
+show the schedule, not the speed or the noise of the machine. On GPUs, each
+stage first waits until its input has arrived on the GPU (see wait_for_input).
 """
 
 import os
@@ -26,11 +27,24 @@ SCHEDULES = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}
 events = []  # ("F" or "B", start, end) of every forward and backward this rank ran
 
 
+def wait_for_input(t):
+    """Block this process until ``t`` holds its value.
+
+    With gloo, wait() on a receive returns once the data is there. With NCCL it
+    returns at once, having only told the GPU to wait: without this, a stage would
+    start its work (a sleep, on the CPU) before its input had arrived, and never look
+    idle.
+    """
+    if t.is_cuda:
+        torch.cuda.current_stream(t.device).synchronize()
+
+
 class Work(torch.autograd.Function):
     """Pass the input on, taking a fixed time forward and twice as long backward."""
 
     @staticmethod
     def forward(ctx, x):
+        wait_for_input(x)  # the activation from the previous stage
         start = time.perf_counter()
         time.sleep(FORWARD_SECONDS)
         events.append(("F", start, time.perf_counter()))
@@ -38,6 +52,7 @@ class Work(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        wait_for_input(grad)  # the gradient from the next stage
         start = time.perf_counter()
         time.sleep(2 * FORWARD_SECONDS)
         events.append(("B", start, time.perf_counter()))
@@ -53,6 +68,11 @@ class Stage(nn.Module):
         return Work.apply(self.linear(x))
 
 
+def barrier(device):
+    """Wait for every rank. On GPUs, name this process's GPU: NCCL would guess it."""
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
+
+
 def timed_step(schedule_cls, microbatches, device):
     """One training step: this rank's step time, and its events timed from the start."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -65,7 +85,7 @@ def timed_step(schedule_cls, microbatches, device):
                             loss_fn=nn.functional.mse_loss)
     x = torch.randn(microbatches * ROWS_PER_MICROBATCH, 16, device=device)
     events.clear()
-    dist.barrier()  # start together
+    barrier(device)  # start together
     start = time.perf_counter()
     if rank == 0:
         schedule.step(x)
@@ -73,7 +93,7 @@ def timed_step(schedule_cls, microbatches, device):
         schedule.step(target=torch.zeros_like(x))
     else:
         schedule.step()
-    dist.barrier()  # the step ends when the last rank is done
+    barrier(device)  # the step ends when the last rank is done
     seconds = time.perf_counter() - start
     return seconds, [(kind, t0 - start, t1 - start) for kind, t0, t1 in events]
 

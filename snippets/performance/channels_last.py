@@ -55,13 +55,18 @@ def prepare(memory_format, device):
     }
 
 
+def barrier(device):
+    """Wait for every rank. On GPUs, name this process's GPU: NCCL would guess it."""
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
+
+
 def train_step(run, x, y, device):
     """One step on a batch converted to the run's format; returns its seconds."""
     x = x.to(device, memory_format=run["format"])  # convert every input batch too
     # GPUs: wall time, after waiting for the GPU. CPUs: this process's CPU time, which
     # other jobs on a shared node do not inflate.
     clock = time.perf_counter if device.type == "cuda" else time.process_time
-    dist.barrier()  # start together: time this step, not the wait for the other rank
+    barrier(device)  # start together: time this step, not the wait for the other rank
     start = clock()
     loss = nn.functional.cross_entropy(run["ddp"](x), y.to(device))
     run["optimizer"].zero_grad(set_to_none=True)

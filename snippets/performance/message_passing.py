@@ -2,7 +2,8 @@
 
   torchrun --standalone --nproc_per_node=4 message_passing.py
 
-For each call, rank 0 prints what every rank held before and after it.
+For each call, rank 0 prints what every rank held before and after it. Any number of
+processes from 2 works.
 """
 
 import os
@@ -24,7 +25,9 @@ def show(title, before, after):
 
 
 def point_to_point(rank, world, device):
-    # Blocking: send() returns once the tensor is handed over, recv() once it arrived.
+    # Blocking. gloo: send() returns once the tensor has been sent, recv() once it has
+    # arrived. NCCL: both return once the transfer is queued on the GPU, ahead of any
+    # later work on this process's stream; .tolist() below waits for it.
     x = torch.tensor([float(rank)], device=device)
     before = str(x.tolist())
     if rank == 0:
@@ -34,11 +37,17 @@ def point_to_point(rank, world, device):
     show("send / recv: rank 0 sends [42.0] to rank 1", before, str(x.tolist()))
 
     # Non-blocking: every rank sends to its right neighbour, receives from its left one.
-    # Blocking calls in this pattern can deadlock: all wait in send() for a recv().
+    # With NCCL, separate sends and receives between the same two ranks run one after
+    # the other, and a send waits for its receive. With 2 ranks, right and left are the
+    # same rank: if both sent first, each send would wait for a receive queued behind
+    # the other's send. So even ranks send first and odd ranks receive first.
     right, left = (rank + 1) % world, (rank - 1) % world
     out = torch.tensor([10.0 * rank], device=device)
     got = torch.empty(1, device=device)
-    requests = [dist.isend(out, dst=right), dist.irecv(got, src=left)]
+    if rank % 2 == 0:
+        requests = [dist.isend(out, dst=right), dist.irecv(got, src=left)]
+    else:
+        requests = [dist.irecv(got, src=left), dist.isend(out, dst=right)]
     for request in requests:
         request.wait()  # until then, neither tensor may be touched
     show(
@@ -47,7 +56,8 @@ def point_to_point(rank, world, device):
         str(got.tolist()),
     )
 
-    # Batched: the same exchange as one call, which NCCL can run as one operation.
+    # Batched: the same exchange as one call, which NCCL runs as one group, in which
+    # sends and receives cannot block each other: no order to get right.
     ops = [dist.P2POp(dist.isend, out, right), dist.P2POp(dist.irecv, got, left)]
     for request in dist.batch_isend_irecv(ops):
         request.wait()
@@ -141,6 +151,11 @@ def groups(rank, world, device):
     )
 
 
+def barrier(device):
+    """Wait for every rank. On GPUs, name this process's GPU: NCCL would guess it."""
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
+
+
 def main():
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
@@ -156,7 +171,7 @@ def main():
         point_to_point(rank, world, device)
         collectives(rank, world, device)
         groups(rank, world, device)
-        dist.barrier()  # nobody leaves before everyone has arrived
+        barrier(device)  # nobody leaves before everyone has arrived
     finally:
         dist.destroy_process_group()
         time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits

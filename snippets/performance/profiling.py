@@ -14,23 +14,50 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import (
+    DeviceType,
+    ProfilerActivity,
+    profile,
+    record_function,
+    schedule,
+)
 
 #: Names of the events that are communication: gloo's own, and NCCL's GPU kernels.
 COMMUNICATION = ("gloo:", "ncclDevKernel", "ncclKernel")
+#: The profiler's own range around each step, and the ranges the loop names.
+STEP, PHASES = "ProfilerStep*", ("forward", "backward", "optimizer")
+
+
+def merged(spans):
+    """The union of (start, end) spans, as disjoint spans: when any one was running."""
+    union = []
+    for start, end in sorted(spans):
+        if union and start <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], end)
+        else:
+            union.append([start, end])
+    return union
 
 
 def summarise(events):
-    """Milliseconds per phase, all-reduce count and time, and its share in backward."""
+    """Milliseconds of the steps and of each phase, all-reduce count and time (when at
+    least one was running), and the share of that time inside the backward pass.
+
+    Ranges are counted once, on the CPU side: as the training thread ran them. On GPUs
+    the profiler also records a copy of each range on the GPU (device_type CUDA), which
+    spans the kernels launched inside it; counting both would count every range twice.
+    """
     spans = {}
     for e in events:
-        spans.setdefault(e.name, []).append((e.time_range.start, e.time_range.end))
-    comm = [
+        if e.device_type == DeviceType.CPU or e.name.startswith(COMMUNICATION):
+            spans.setdefault(e.name, []).append((e.time_range.start, e.time_range.end))
+    calls = [
         span
         for name, s in spans.items()
         if name.startswith(COMMUNICATION)
         for span in s
     ]
+    comm = merged(calls)  # all-reduces can run at the same time: count that time once
     backward = spans.get("backward", [])
     overlap = sum(
         max(0, min(end, b_end) - max(start, b_start))
@@ -39,12 +66,12 @@ def summarise(events):
     )
     total = {
         name: sum(end - start for start, end in spans.get(name, [])) / 1e3
-        for name in ("forward", "backward", "optimizer")
+        for name in (STEP, *PHASES)
     }
     comm_time = sum(end - start for start, end in comm)
     return {
         **total,
-        "calls": len(comm),
+        "calls": len(calls),
         "comm": comm_time / 1e3,
         "overlap": overlap / comm_time if comm_time else 0.0,
     }
@@ -90,13 +117,14 @@ def main():
                 f"traces trace_rank0.json ... trace_rank{world - 1}.json"
             )
             print(
-                f"{'rank':>4}{'forward':>11}{'backward':>11}{'optimizer':>11}"
-                f"{'all-reduces':>13}{'their time':>12}  during backward"
+                f"{'rank':>4}{'3 steps':>11}{'forward':>11}{'backward':>11}"
+                f"{'optimizer':>11}{'all-reduces':>13}{'their time':>12}"
+                "  during backward"
             )
             for r, s in enumerate(rows):
                 print(
-                    f"{r:>4}{s['forward']:>8.1f} ms{s['backward']:>8.1f} ms"
-                    f"{s['optimizer']:>8.1f} ms"
+                    f"{r:>4}{s[STEP]:>8.1f} ms{s['forward']:>8.1f} ms"
+                    f"{s['backward']:>8.1f} ms{s['optimizer']:>8.1f} ms"
                     f"{s['calls']:>13}{s['comm']:>9.1f} ms  {s['overlap']:>6.0%}"
                 )
     finally:

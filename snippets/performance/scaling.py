@@ -66,6 +66,11 @@ def make_model(width, depth):
     return nn.Sequential(*layers, nn.Linear(width, 1))
 
 
+def barrier(device):
+    """Wait for every rank. On GPUs, name this process's GPU: NCCL would guess it."""
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
+
+
 def measure(args, device):
     """Samples per second of all ranks together, over --steps synchronised steps."""
     torch.manual_seed(0)
@@ -84,13 +89,13 @@ def measure(args, device):
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    dist.barrier()
+    barrier(device)
     start = time.perf_counter()
     for _ in range(args.steps):
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    dist.barrier()
+    barrier(device)
     seconds = time.perf_counter() - start
     return args.steps * args.batch_size * dist.get_world_size() / seconds
 

@@ -5,14 +5,26 @@ import re
 import pytest
 import torch
 
-from harness.launch import run
+from harness.launch import run, snippet, snippet_code
 from harness.outputs import Tolerance, check_output
+from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
 from tests.performance.reference import assert_state_close, full_batch_reference
 
 SNIPPET = "performance/channels_last.py"
 RANKS = 2
 #: Varies from run to run: the timing ratio and the rounding difference between formats.
 SUMMATION = Tolerance(atol=1e-5, why="the two formats add the same products in another order")
+#: How far the trained weights may be from the one-process float32 reference on the CPU.
+#: The page explains them: float32 rounding on CPUs; on GPUs, cuDNN's convolutions in
+#: TF32 by default (about 1e-3 on Ampere and newer), and float32 rounding with TF32 off.
+ATOL = {"cpu": 1e-5, "cuda": 1e-2, "cuda, TF32 off": 1e-4}
+#: What the page says to put at the top of a script to turn TF32 off.
+TF32_OFF = """import runpy
+import torch
+torch.backends.cudnn.allow_tf32 = False        # convolutions
+torch.backends.cuda.matmul.allow_tf32 = False  # matrix products (the default)
+runpy.run_path({script!r}, run_name="__main__")
+"""
 
 
 def flags(stdout, fmt):
@@ -20,8 +32,8 @@ def flags(stdout, fmt):
     return row.split()[-3:]
 
 
-def check_run(workdir, device):
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, workdir=workdir)
+def check_run(workdir, device, script=SNIPPET):
+    result = run(script, launcher="torchrun", nproc=RANKS, workdir=workdir)
     assert flags(result.stdout, "contiguous_format") == ["no", "no", "no"]
     # weight, activation and gradient
     assert flags(result.stdout, "channels_last") == ["yes", "yes", "yes"]
@@ -34,7 +46,7 @@ def check_run(workdir, device):
         epochs=3,
         make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
     )
-    assert_state_close(state, reference, atol=1e-5 if device == "cpu" else 1e-2)  # GPUs: TF32
+    assert_state_close(state, reference, atol=ATOL[device])
     return result
 
 
@@ -46,9 +58,22 @@ def test_channels_last_trains_the_same_model_in_another_layout(tmp_path):
     assert 0.75 < ratio < 1.33
 
 
+def test_barrier_names_the_gpu(monkeypatch):
+    check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
+
+
 @pytest.mark.multigpu(2)
 def test_on_gpus(tmp_path):
-    assert "on cuda" in check_run(tmp_path, "cuda").stdout
+    result = check_run(tmp_path, "cuda")
+    assert "on cuda" in result.stdout
+    assert BARRIER_WARNING not in result.text
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_with_tf32_off_the_weights_agree_to_float32_rounding(tmp_path):
+    script = tmp_path / "tf32_off.py"
+    script.write_text(TF32_OFF.format(script=str(snippet(SNIPPET))))
+    assert "on cuda" in check_run(tmp_path, "cuda, TF32 off", script).stdout
 
 
 def test_converting_after_wrapping_makes_ddp_warn(exercise_checks):

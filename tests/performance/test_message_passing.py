@@ -1,15 +1,18 @@
 """snippets/performance/message_passing.py, shown on docs/performance/message_passing.md.
 
-Every table the snippet prints must show what each call is defined to do, for 4 ranks.
+Every table the snippet prints must show what each call is defined to do, for 2 and for
+4 ranks (the page says any number from 2 works; it shows the tables of 4).
 """
 
 import pytest
+import torch
 
-from harness.launch import run
+from harness.launch import run, snippet_code
 from harness.outputs import check_output
+from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
 
 SNIPPET = "performance/message_passing.py"
-N = 4
+SHOWN = 4  # the number of ranks whose tables the page shows
 
 
 def tables(stdout):
@@ -19,62 +22,135 @@ def tables(stdout):
         if line.startswith("  rank "):
             before, after = line[len("  rank 0  ") :].split("  ", 1)
             found[title].append((before.strip(), after.strip()))
-        elif line and not line.startswith(" ") and not line.startswith(f"{N} processes"):
+        elif line and not line.startswith(" ") and " processes, backend " not in line:
             title = line.split(":")[0]
             found[title] = []
     return found
 
 
-def vec(rank):
-    return str([float(10 * rank + i) for i in range(N)])
+def expected(n):
+    def vec(rank):
+        return str([float(10 * rank + i) for i in range(n)])
 
-
-def expected():
-    ones = [str([r + 1.0]) for r in range(N)]
-    total = str([float(sum(range(1, N + 1)))])
-    everyone = str([float(r) for r in range(1, N + 1)])
+    ones = [str([r + 1.0]) for r in range(n)]
+    total = str([float(sum(range(1, n + 1)))])
+    everyone = str([float(r) for r in range(1, n + 1)])
+    evens = str([float(sum(r + 1 for r in range(0, n, 2)))])
     return {
-        "send / recv": [
-            ("[0.0]", "[0.0]"),
-            ("[1.0]", "[42.0]"),
-            ("[2.0]", "[2.0]"),
-            ("[3.0]", "[3.0]"),
-        ],
-        "isend / irecv": [(str([10.0 * r]), str([10.0 * ((r - 1) % N)])) for r in range(N)],
-        "batch_isend_irecv": [(str([10.0 * r]), str([10.0 * ((r - 1) % N)])) for r in range(N)],
-        "broadcast(src=0)": [(ones[r], "[1.0]") for r in range(N)],
-        "reduce(dst=0, SUM)": [(ones[0], total)] + [(ones[r], "(undefined)") for r in range(1, N)],
-        "all_reduce(SUM)": [(ones[r], total) for r in range(N)],
-        "all_reduce(MAX)": [(ones[r], str([float(N)])) for r in range(N)],
-        "gather(dst=0)": [(ones[0], everyone)] + [(ones[r], "-") for r in range(1, N)],
-        "all_gather": [(ones[r], everyone) for r in range(N)],
-        "scatter(src=0)": [(vec(0), "[0.0]")] + [("-", str([float(r)])) for r in range(1, N)],
+        "send / recv": [("[0.0]", "[0.0]"), ("[1.0]", "[42.0]")]
+        + [(str([float(r)]), str([float(r)])) for r in range(2, n)],
+        "isend / irecv": [(str([10.0 * r]), str([10.0 * ((r - 1) % n)])) for r in range(n)],
+        "batch_isend_irecv": [(str([10.0 * r]), str([10.0 * ((r - 1) % n)])) for r in range(n)],
+        "broadcast(src=0)": [(ones[r], "[1.0]") for r in range(n)],
+        "reduce(dst=0, SUM)": [(ones[0], total)] + [(ones[r], "(undefined)") for r in range(1, n)],
+        "all_reduce(SUM)": [(ones[r], total) for r in range(n)],
+        "all_reduce(MAX)": [(ones[r], str([float(n)])) for r in range(n)],
+        "gather(dst=0)": [(ones[0], everyone)] + [(ones[r], "-") for r in range(1, n)],
+        "all_gather": [(ones[r], everyone) for r in range(n)],
+        "scatter(src=0)": [(vec(0), "[0.0]")] + [("-", str([float(r)])) for r in range(1, n)],
         "reduce_scatter(SUM)": [
-            (vec(r), str([float(sum(10 * q + r for q in range(N)))])) for r in range(N)
+            (vec(r), str([float(sum(10 * q + r for q in range(n)))])) for r in range(n)
         ],
-        "all_to_all": [(vec(r), str([float(10 * q + r) for q in range(N)])) for r in range(N)],
+        "all_to_all": [(vec(r), str([float(10 * q + r) for q in range(n)])) for r in range(n)],
         "all_reduce in groups of 2 (new_subgroups)": [
-            (ones[r], str([float((r - r % 2 + 1) + (r - r % 2 + 2))])) for r in range(N)
+            (ones[r], str([float((r - r % 2 + 1) + (r - r % 2 + 2))])) for r in range(n)
         ],
         "all_reduce in the group of even ranks (new_group)": [
-            (ones[r], "[4.0]" if r % 2 == 0 else "(not a member)") for r in range(N)
+            (ones[r], evens if r % 2 == 0 else "(not a member)") for r in range(n)
         ],
     }
 
 
-def check_run(stdout):
-    assert tables(stdout) == expected()
+def check_run(result, n, backend):
+    assert result.stdout.startswith(f"{n} processes, backend {backend}")
+    assert tables(result.stdout) == expected(n)
 
 
-def test_every_call_does_what_its_table_says():
-    result = run(SNIPPET, launcher="torchrun", nproc=N)
-    check_output(result)
-    assert result.stdout.startswith(f"{N} processes, backend gloo")
-    check_run(result.stdout)
+@pytest.mark.parametrize("n", [2, SHOWN])
+def test_every_call_does_what_its_table_says(n):
+    result = run(SNIPPET, launcher="torchrun", nproc=n)
+    if n == SHOWN:
+        check_output(result)
+    check_run(result, n, "gloo")
+
+
+def separate_p2p_calls(rank, world, monkeypatch):
+    """The sends and receives point_to_point() makes on ``rank``, in order, as
+    ("send" or "recv", peer); batch_isend_irecv's are left out (NCCL groups them)."""
+    calls = []
+
+    class Request:
+        def wait(self):
+            pass
+
+    def record(kind):
+        def call(tensor, dst=None, src=None):
+            calls.append((kind, dst if kind == "send" else src))
+            return Request()
+        return call
+
+    def gather(rows, obj):
+        rows[:] = [obj] * world
+
+    for name, kind in (("send", "send"), ("isend", "send"), ("recv", "recv"), ("irecv", "recv")):
+        monkeypatch.setattr(torch.distributed, name, record(kind))
+    monkeypatch.setattr(torch.distributed, "P2POp", lambda *args: args)
+    monkeypatch.setattr(torch.distributed, "batch_isend_irecv", lambda ops: [])
+    monkeypatch.setattr(torch.distributed, "all_gather_object", gather)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: world)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: rank)
+    snippet_code(SNIPPET)["point_to_point"](rank, world, torch.device("cpu"))
+    return calls
+
+
+def runs_to_the_end(queues):
+    """Whether every queue empties when each rank runs its calls in the order it made
+    them and a send completes only together with the matching receive. NCCL runs
+    separate calls between the same two ranks so (and all of a rank's calls, when they
+    share one communicator); this model is the stricter of the two."""
+    queues = {rank: list(calls) for rank, calls in queues.items()}
+    progress = True
+    while progress:
+        progress = False
+        for rank, calls in queues.items():
+            if calls and calls[0][0] == "send":
+                peer = calls[0][1]
+                if queues[peer] and queues[peer][0] == ("recv", rank):
+                    calls.pop(0)
+                    queues[peer].pop(0)
+                    progress = True
+    return not any(queues.values())
+
+
+def test_the_model_of_nccl_finds_the_hang_of_sending_first():
+    assert not runs_to_the_end({0: [("send", 1), ("recv", 1)], 1: [("send", 0), ("recv", 0)]})
+    assert runs_to_the_end({0: [("send", 1), ("recv", 1)], 1: [("recv", 0), ("send", 0)]})
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_separate_sends_and_receives_cannot_wait_on_each_other(world, monkeypatch):
+    queues = {}
+    for rank in range(world):
+        queues[rank] = separate_p2p_calls(rank, world, monkeypatch)
+    assert queues[0][:2] == [("send", 1), ("send", 1)]  # send(), then isend()
+    assert runs_to_the_end(queues), queues
+
+
+def test_barrier_names_the_gpu(monkeypatch):
+    check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
+
+
+@pytest.mark.multigpu(2)
+def test_on_2_gpus_with_nccl():
+    """With 2 ranks each one's left and right neighbour is the same rank: separate isend
+    and irecv calls to one peer can hang under NCCL unless their order is right."""
+    result = run(SNIPPET, launcher="torchrun", nproc=2)
+    check_run(result, 2, "nccl")
+    assert BARRIER_WARNING not in result.text
 
 
 @pytest.mark.multigpu(4)
-def test_on_gpus_with_nccl():
-    result = run(SNIPPET, launcher="torchrun", nproc=N)
-    assert result.stdout.startswith(f"{N} processes, backend nccl")
-    check_run(result.stdout)
+def test_on_4_gpus_with_nccl():
+    result = run(SNIPPET, launcher="torchrun", nproc=4)
+    check_run(result, 4, "nccl")
+    assert BARRIER_WARNING not in result.text

@@ -1,11 +1,14 @@
 """snippets/performance/ring_allreduce.py, shown on docs/performance/ring_allreduce.md."""
 
 import re
+import time
 
 import pytest
+import torch
 
-from harness.launch import run
+from harness.launch import run, snippet_code
 from harness.outputs import Tolerance, check_output
+from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
 
 SNIPPET = "performance/ring_allreduce.py"
 RANKS = 4
@@ -25,6 +28,10 @@ def check_run(stdout):
         re.search(r"largest difference from dist.all_reduce on any rank: (\S+)", stdout).group(1)
     )
     assert diff < 1e-5  # the same sums, added in another order
+    ring, builtin = re.search(
+        r"^median of 5: hand-written ring ([\d.]+) ms, dist.all_reduce ([\d.]+) ms$", stdout, re.M
+    ).groups()
+    assert float(ring) > 0 and float(builtin) > 0
 
 
 def test_ring_all_reduce_equals_all_reduce_and_sends_2_n_minus_1_over_n():
@@ -33,6 +40,31 @@ def test_ring_all_reduce_equals_all_reduce_and_sends_2_n_minus_1_over_n():
     check_run(result.stdout)
 
 
+def test_timing_leaves_out_the_first_call_and_waits_for_the_gpu(monkeypatch):
+    """Each timed call starts after the GPU is idle and every rank has arrived, and ends
+    when the GPU is done (NCCL calls return once queued); the first call is not timed."""
+    code = snippet_code(SNIPPET)
+    log = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device: log.append(f"sync {device}"))
+    monkeypatch.setattr(torch.distributed, "barrier", lambda **kwargs: log.append("barrier"))
+
+    def all_reduce():
+        log.append("call")
+        if log.count("call") == 1:
+            time.sleep(0.5)  # as a first call that sets up connections
+
+    seconds = code["timed"](all_reduce, torch.device("cuda", 0))
+    timed_call = ["sync cuda:0", "barrier", "call", "sync cuda:0"]
+    assert log == ["call"] + timed_call * code["REPEATS"]
+    assert seconds < 0.25
+
+
+def test_barrier_names_the_gpu(monkeypatch):
+    check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
+
+
 @pytest.mark.multigpu(4)
 def test_on_gpus():
-    check_run(run(SNIPPET, launcher="torchrun", nproc=RANKS).stdout)
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
+    check_run(result.stdout)
+    assert BARRIER_WARNING not in result.text

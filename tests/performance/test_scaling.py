@@ -17,6 +17,7 @@ import pytest
 
 from harness.launch import ROOT, run, snippet
 from harness.outputs import check_output
+from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
 from tests.performance.reference import snippet_code
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
@@ -92,10 +93,15 @@ def test_job_script_is_valid_bash_that_runs_the_benchmark_for_several_rank_count
     snippet_code(SNIPPET)["parse_args"](shlex.split(command))  # arguments the benchmark accepts
 
 
+def test_barrier_names_the_gpu(monkeypatch):
+    check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
+
+
 @pytest.mark.multigpu(2)
 def test_on_gpus(tmp_path):
     for n in (1, 2):
         result = run(SNIPPET, launcher="torchrun", nproc=n, workdir=tmp_path)
+        assert BARRIER_WARNING not in result.text
     assert [row[0] for row in rows(result.stdout)] == [1, 2]
     assert ", nccl: " in result.stdout
 
