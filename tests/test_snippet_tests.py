@@ -1,6 +1,7 @@
 """Every snippet has a test named after it, and that test uses it."""
 
 import ast
+import importlib
 from pathlib import Path
 
 from harness.launch import ROOT, SNIPPETS
@@ -50,14 +51,15 @@ NO_GPU_TEST = {"slurm/gpu_tests.sbatch": "it is the job that runs the GPU tests"
 def multigpu_tests(test: Path) -> list[set[str]]:
     """For each multigpu test of the file: the strings it names, directly or through a
     module constant."""
+    module = importlib.import_module(".".join(test.relative_to(ROOT).with_suffix("").parts))
     tree = ast.parse(test.read_text())
     constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
                  for target in node.targets if isinstance(target, ast.Name)}
     tests = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(
-                "multigpu" in ast.unparse(d) for d in node.decorator_list):
+    for node in tree.body:
+        marks = getattr(getattr(module, getattr(node, "name", ""), None), "pytestmark", [])
+        if isinstance(node, ast.FunctionDef) and any(m.name == "multigpu" for m in marks):
             tests.append({inner.value if isinstance(inner, ast.Constant) else constants[inner.id]
                           for inner in ast.walk(node)
                           if isinstance(inner, ast.Constant) and isinstance(inner.value, str)

@@ -2,8 +2,8 @@
 # Build Horovod 0.28.1 for the PyTorch in the active Python environment and install it.
 # The release asks its compiler for C++14; PyTorch 2's headers need C++17.
 # With a CUDA (or ROCm) build of PyTorch, Horovod sends GPU tensors through NCCL (RCCL).
-# The wheel is kept in WHEEL_DIR, one per build of PyTorch (2.13.0+cpu, 2.13.0+cu128...):
-# later installs (other venvs, other jobs) take seconds.
+# The wheel is kept in WHEEL_DIR, one per build of PyTorch (2.13.0+cpu,
+# 2.13.0+cu128...): later installs (other venvs, other jobs) take seconds.
 set -euo pipefail
 
 PYTHON=${PYTHON:-python}

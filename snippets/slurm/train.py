@@ -134,7 +134,8 @@ def describe(config):
     """E.g. "train.py's model (features 20, hidden 64, classes 4)"."""
     if not isinstance(config, dict) or "script" not in config:
         return "a model it does not describe"
-    sizes = ", ".join(f"{key} {value}" for key, value in config.items() if key != "script")
+    sizes = ", ".join(f"{key} {value}" for key, value in config.items()
+                      if key != "script")
     return f"{config['script']}'s model ({sizes})"
 
 
