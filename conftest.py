@@ -88,10 +88,13 @@ FILE_SECONDS = "snippets/file-seconds"
 _seconds: dict[str, float] = {}
 
 
-#: Test files that run in one process with others because they share runs: DeepSpeed's
+#: Tests that run in one process with others because they share runs: DeepSpeed's
 #: (tests/memory/runs.py runs each world size once per process, and the estimator's test
-#: compares with the same runs) and the browser's (one built site, one browser).
-SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py": "deepspeed",
+#: compares with the same runs) and the browser's (one built site, one browser). A test id
+#: may also get a process of its own: the DeepSpeed job script shares no run. The first
+#: prefix that matches a test id wins.
+SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py::test_the_job_script": "deepspeed job",
+                 "tests/memory/test_deepspeed_zero.py": "deepspeed",
                  "tests/memory/test_ds_config_": "deepspeed",
                  "tests/tools/test_estimate_memory.py": "deepspeed",
                  "tests/browser/": "browser"}
@@ -99,9 +102,8 @@ SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py": "deepspeed",
 
 def _group(nodeid: str) -> str:
     """The name of the tests that run in one process: a file's, or a shared group's."""
-    path = nodeid.split("::")[0]
-    return next((group for prefix, group in SHARED_GROUPS.items() if path.startswith(prefix)),
-                path)
+    return next((group for prefix, group in SHARED_GROUPS.items() if nodeid.startswith(prefix)),
+                nodeid.split("::")[0])
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
@@ -120,10 +122,11 @@ def pytest_collection_modifyitems(config, items):
     if config.getoption("only_compared"):
         _only_compared(config, items)
     seconds = config.cache.get(FILE_SECONDS, {})
-    cost: dict[str, float] = {}
-    for path in {item.nodeid.split("::")[0] for item in items}:
-        cost[_group(path)] = cost.get(_group(path), 0.0) + seconds.get(path, 0.0)
-    items.sort(key=lambda item: -cost.get(_group(item.nodeid), 0.0))  # stable: files stay whole
+    files: dict[str, set[str]] = {}  # group: the files its tests are in
+    for item in items:
+        files.setdefault(_group(item.nodeid), set()).add(item.nodeid.split("::")[0])
+    cost = {group: sum(seconds.get(path, 0.0) for path in paths) for group, paths in files.items()}
+    items.sort(key=lambda item: -cost[_group(item.nodeid)])  # stable: groups stay whole
     gpu_items = [item for item in items if item.get_closest_marker("multigpu")]
     if not gpu_items:
         return
