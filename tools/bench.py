@@ -72,6 +72,12 @@ def suite():
     out = done.stdout
     summary = out.strip().splitlines()[-1] if out.strip() else "(no output)"
     print(f"make test: {wall:.0f} s wall, exit code {done.returncode}: {summary}")
+    if done.returncode:  # what failed, and where the whole report is
+        report = Path(tempfile.mkstemp(prefix="bench-make-test-", suffix=".txt")[1])
+        report.write_text(out + done.stderr)
+        for line in re.findall(r"^(?:FAILED|ERROR) .*$", out, re.M):
+            print(f"  {line}")
+        print(f"  the whole report: {report}")
     slowest = re.search(r"=+ slowest 10 durations =+\n(.*?)\n(?:\n|=)", out, re.S)
     if slowest:
         print("10 slowest tests:")
