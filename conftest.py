@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import slurm as local_slurm  # registers the sbatch launcher
-from harness.launch import SESSION_ID, SESSION_TAG, kill_tagged
+from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, kill_tagged
 from harness.outputs import COMPARED
 
 MARKERS = {
@@ -23,13 +23,6 @@ MARKERS = {
 
 #: In CI every test must run: a skip is a failure, except for want of GPUs.
 REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
-
-
-#: Set for each test: "cpu" unless it is marked multigpu; the harness's sitecustomize then
-#: hides the GPUs from every process the test starts (harness/site/sitecustomize.py).
-DEVICE = "SNIPPET_HARNESS_DEVICE"
-#: Pretend this many GPUs are visible (tests/harness/test_gpu_hiding.py).
-FAKE_GPUS = "SNIPPET_HARNESS_FAKE_GPUS"
 
 
 def pytest_addoption(parser):
@@ -61,8 +54,8 @@ def pytest_configure(config):
 
 def gpu_count() -> int:
     """CUDA GPUs visible, asked of a subprocess so that pytest never initialises CUDA."""
-    if os.environ.get(FAKE_GPUS):
-        return int(os.environ[FAKE_GPUS])
+    if os.environ.get(FAKE_GPUS_ENV):
+        return int(os.environ[FAKE_GPUS_ENV])
     if shutil.which("nvidia-smi") is None:
         return 0
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
@@ -143,9 +136,9 @@ def pytest_runtest_setup(item):
     """Tests not marked multigpu run their snippets on the CPU, on a GPU node too (before
     any fixture of the test starts a run)."""
     if item.get_closest_marker("multigpu"):
-        os.environ.pop(DEVICE, None)
+        os.environ.pop(DEVICE_ENV, None)
     else:
-        os.environ[DEVICE] = "cpu"
+        os.environ[DEVICE_ENV] = "cpu"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -135,6 +135,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: "cpu" in the environment of every run of a test not marked multigpu: the harness's
+#: sitecustomize then hides the GPUs from PyTorch (harness/site/sitecustomize.py).
+DEVICE_ENV = "SNIPPET_HARNESS_DEVICE"
+#: Makes PyTorch in every run see this many GPUs (tests/harness/test_gpu_hiding.py).
+FAKE_GPUS_ENV = "SNIPPET_HARNESS_FAKE_GPUS"
+
+
 def own_gpus(count: int) -> str:
     """CUDA_VISIBLE_DEVICES for a run on the first ``count`` GPUs of this job: taken from
     the job's own list when Slurm set one, so a test never picks a GPU it was not given."""

@@ -31,7 +31,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launch import SNIPPETS, Result, snippet
+from harness.launch import DEVICE_ENV, SNIPPETS, Result, snippet
 
 # --- What is masked -----------------------------------------------------------------------
 
@@ -63,6 +63,12 @@ MASKS: list[tuple[str, str]] = [
 #: already closed.
 GLOO_ERROR = (r"Timed out waiting \S+ for (send|recv) operation to complete"
               r"|Connection closed by peer|Read error|Connection reset by peer")
+
+#: What torch 2.13 warns on rank 0 when dist.barrier() under NCCL has to guess the GPU.
+BARRIER_WARNING = "barrier(): using the device under current context"
+#: How far weights trained on GPUs may be from the CPU reference, or from another GPU
+#: run: the same maths in other kernels.
+GPU_ATOL = 1e-4
 
 #: Figures that follow from timing or from the machine, per output file (relative to
 #: snippets/, with ``*`` for any variant): (pattern, replacement, why). Everything else
@@ -264,7 +270,7 @@ def check_text(actual: str, script: str | Path, variant: str | None = None,
         COMPARED.add(current.rsplit(" (", 1)[0])
     path = output_path(snippet(script), variant)
     if os.environ.get("UPDATE_OUTPUTS") == "1":
-        assert os.environ.get("SNIPPET_HARNESS_DEVICE") == "cpu", (
+        assert os.environ.get(DEVICE_ENV) == "cpu", (
             f"{path.name}: the pages show CPU runs; a test with GPUs never rewrites them")
         path.write_text(actual)
         return

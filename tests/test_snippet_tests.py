@@ -12,6 +12,11 @@ def snippet_files():
             if p.is_file() and p.suffix != ".out" and "__pycache__" not in p.parts]
 
 
+def mirror_test(path: Path) -> Path:
+    """tests/<chapter>/test_<name>.py for snippets/<chapter>/<name>.<any suffix>."""
+    return ROOT / "tests" / path.parent.relative_to(SNIPPETS) / f"test_{path.stem}.py"
+
+
 def test_there_are_snippets():
     assert snippet_files()
 
@@ -20,7 +25,7 @@ def test_every_snippet_has_a_test_that_names_it():
     missing = []
     for path in snippet_files():
         rel = path.relative_to(SNIPPETS)
-        test = ROOT / "tests" / rel.parent / f"test_{path.stem}.py"
+        test = mirror_test(path)
         if not test.is_file():
             missing.append(f"{rel}: no {test.relative_to(ROOT)}")
         elif rel.as_posix() not in test.read_text():
@@ -73,8 +78,7 @@ def test_every_snippet_has_a_gpu_test():
     by_test: dict[Path, list[Path]] = {}
     for path in snippet_files():
         if path.relative_to(SNIPPETS).as_posix() not in NO_GPU_TEST:
-            test = ROOT / "tests" / path.parent.relative_to(SNIPPETS) / f"test_{path.stem}.py"
-            by_test.setdefault(test, []).append(path)
+            by_test.setdefault(mirror_test(path), []).append(path)
     missing = []
     for test, paths in by_test.items():
         if not test.is_file():

@@ -145,13 +145,18 @@ def test_a_kept_wheel_is_installed_without_building(tmp_path):
     assert [entry["pip"][0] for entry in log] == ["install"]
 
 
+def installed(imports: str, values: str) -> list[str]:
+    """``values`` as this environment's Python prints them, in a process of its own."""
+    probe = subprocess.run([sys.executable, "-c", f"{imports}; print({values})"],
+                           capture_output=True, text=True, check=True)
+    return probe.stdout.split()
+
+
 @needs_horovod
 def test_horovod_was_built_for_this_torch_with_gloo():
-    probe = subprocess.run([sys.executable, "-c", (
-        "import horovod, horovod.torch as hvd, torch; "
-        "print(horovod.__version__, hvd.gloo_built(), torch.__version__)")],
-        capture_output=True, text=True, check=True)
-    version, gloo, torch_version = probe.stdout.split()
+    version, gloo, torch_version = installed(
+        "import horovod, horovod.torch as hvd, torch",
+        "horovod.__version__, hvd.gloo_built(), torch.__version__")
     assert (version, gloo) == ("0.28.1", "True")  # and its extension loaded beside this torch
     assert torch_version.startswith("2.13.")
 
@@ -174,11 +179,8 @@ def test_a_second_run_installs_the_kept_wheel_without_compiling():
 @pytest.mark.multigpu(1)
 def test_on_a_gpu_machine_a_cuda_torch_got_horovod_with_nccl():
     """`make test-extras` built Horovod with this script for the CUDA torch of .venv."""
-    probe = subprocess.run([sys.executable, "-c", (
-        "import horovod.torch as hvd, torch; "
-        "print(torch.version.cuda, hvd.cuda_built(), hvd.nccl_built())")],
-        capture_output=True, text=True, check=True)
-    cuda, cuda_built, nccl = probe.stdout.split()
+    cuda, cuda_built, nccl = installed(
+        "import horovod.torch as hvd, torch", "torch.version.cuda, hvd.cuda_built(), hvd.nccl_built()")
     assert cuda != "None", "the torch of this environment has no CUDA"
     assert cuda_built == "True"
     assert int(nccl) > 0  # NCCL's version code: Horovod all-reduces GPU tensors with NCCL

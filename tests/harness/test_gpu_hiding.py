@@ -13,31 +13,32 @@ import sys
 
 import pytest
 
-from harness.launch import ROOT, SNIPPETS, run
+from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, ROOT, SNIPPETS, run
 from harness.outputs import check_text
 
 PROBE = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
 
 
-def probe(tmp_path, **env):
+def probe(tmp_path, device, fake_gpus=""):
     script = tmp_path / "probe.py"
     script.write_text(PROBE + "\n")
+    env = {DEVICE_ENV: device, FAKE_GPUS_ENV: fake_gpus}
     return run(script, env=env, workdir=tmp_path).stdout
 
 
 def test_the_gpus_a_run_sees(tmp_path):
-    assert probe(tmp_path, SNIPPET_HARNESS_DEVICE="") == "False 0\n"  # this machine
-    assert probe(tmp_path, SNIPPET_HARNESS_DEVICE="", SNIPPET_HARNESS_FAKE_GPUS="2") == "True 2\n"
-    assert probe(tmp_path, SNIPPET_HARNESS_DEVICE="cpu", SNIPPET_HARNESS_FAKE_GPUS="2") == "False 0\n"
+    assert probe(tmp_path, "") == "False 0\n"  # this machine
+    assert probe(tmp_path, "", fake_gpus="2") == "True 2\n"
+    assert probe(tmp_path, "cpu", fake_gpus="2") == "False 0\n"
 
 
 def test_this_test_runs_on_the_cpu():
-    assert os.environ["SNIPPET_HARNESS_DEVICE"] == "cpu"
+    assert os.environ[DEVICE_ENV] == "cpu"
 
 
 def test_a_session_with_two_gpus_runs_the_cpu_tests_on_the_cpu(tmp_path):
-    env = {**os.environ, "SNIPPET_HARNESS_FAKE_GPUS": "2", "UPDATE_OUTPUTS": "0"}
-    env.pop("SNIPPET_HARNESS_DEVICE", None)
+    env = {**os.environ, FAKE_GPUS_ENV: "2", "UPDATE_OUTPUTS": "0"}
+    env.pop(DEVICE_ENV, None)
     session = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:xdist", "-o",
          f"cache_dir={tmp_path / 'cache'}",
@@ -51,7 +52,7 @@ def test_a_session_with_two_gpus_runs_the_cpu_tests_on_the_cpu(tmp_path):
 
 def test_a_test_with_gpus_never_rewrites_an_output_file(monkeypatch):
     monkeypatch.setenv("UPDATE_OUTPUTS", "1")
-    monkeypatch.delenv("SNIPPET_HARNESS_DEVICE")  # as in a multigpu test
+    monkeypatch.delenv(DEVICE_ENV)  # as in a multigpu test
     with pytest.raises(AssertionError, match="ranks.out: the pages show CPU runs"):
         check_text("world size 2, 2 processes per node\n", "basics/ranks.py")
     assert (SNIPPETS / "basics/ranks.out").read_text().startswith("world size 4")

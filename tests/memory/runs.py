@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from harness.launch import BIN, free_port, run, snippet, snippet_code
+from harness.outputs import GPU_ATOL  # noqa: F401 (the chapter's tests import it from here)
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -30,7 +31,6 @@ DS_CONFIGS = ["ds_config_zero1.json", "ds_config_zero2.json", "ds_config_zero3.j
 DS_TIMEOUT = 900
 #: What DeepSpeed and its launcher log with time stamps, and the CPU-only operator build.
 DS_NOISE = re.compile(r"^(\[\d{4}-\d\d-\d\d [^\]]*\] .*|DeepSpeed .* built successfully)$")
-GPU_ATOL = 1e-4  # one GPU against another: same maths, different kernels
 #: How the suite runs fsdp2.py: ranks -> options.
 FSDP2_RUNS = {1: ("--bf16",), 2: (), 4: ("--offload",)}
 

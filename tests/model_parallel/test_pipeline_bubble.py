@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from harness.launch import run, snippet_code
-from harness.outputs import check_output
-from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
+from harness.outputs import BARRIER_WARNING, check_output
+from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "model_parallel/pipeline_bubble.py"
 STAGES = 2

@@ -6,10 +6,6 @@ torch.distributed call they make is replaced by a recorder, so the check needs n
 
 import torch
 
-#: What torch 2.13 warns on rank 0 when dist.barrier() under NCCL has to guess the GPU.
-BARRIER_WARNING = "barrier(): using the device under current context"
-
-
 def check_barrier_names_the_gpu(code, monkeypatch):
     """The snippet's ``barrier(device)`` passes the GPU's index to dist.barrier, and on
     the CPU calls it as before (``device_ids=None``, its default)."""

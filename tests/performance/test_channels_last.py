@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from harness.launch import run, snippet, snippet_code
-from harness.outputs import Tolerance, check_output
-from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
+from harness.outputs import BARRIER_WARNING, Tolerance, check_output
+from tests.performance.device_checks import check_barrier_names_the_gpu
 from tests.performance.reference import assert_state_close, full_batch_reference
 
 SNIPPET = "performance/channels_last.py"

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from harness.launch import run, snippet_code
-from harness.outputs import Tolerance, check_output
-from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
+from harness.outputs import BARRIER_WARNING, Tolerance, check_output
+from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "performance/ring_allreduce.py"
 RANKS = 4

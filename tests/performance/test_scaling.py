@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.launch import ROOT, run, snippet
-from harness.outputs import check_output
-from tests.performance.device_checks import BARRIER_WARNING, check_barrier_names_the_gpu
+from harness.outputs import BARRIER_WARNING, check_output
+from tests.performance.device_checks import check_barrier_names_the_gpu
 from tests.performance.reference import snippet_code
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 

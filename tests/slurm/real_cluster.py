@@ -29,6 +29,7 @@ import pytest
 
 from harness import slurm as _registers_the_sbatch_launcher  # noqa: F401
 from harness.launch import LAUNCHERS, ROOT, Launch, Proc, Result, launcher, run
+from harness.outputs import GPU_ATOL  # noqa: F401 (the job scripts' tests import it from here)
 
 #: The cluster the tests run in, read before a test of the session starts the local
 #: cluster (which sets SLURM_CONF for the rest of the session); None: Slurm's default.
@@ -38,8 +39,6 @@ JOBS_DIR = ROOT / ".gpu-test-jobs"
 TIMEOUT = float(os.environ.get("GPU_TEST_JOB_TIMEOUT", "3600"))
 #: Variables of the job the tests run in, which the jobs they submit must not inherit.
 JOB_VARIABLES = ("SLURM_", "SRUN_", "SBATCH_", "SALLOC_")
-#: One GPU computes the same sums as another, not always in the same order.
-GPU_ATOL = 1e-4
 
 
 def on_the_gpu_cluster(gpus: int = 2, jobs: int = 1):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.launch import run, snippet
-from harness.outputs import check_output
+from harness.outputs import BARRIER_WARNING, check_output
 from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
 
 SNIPPET = "troubleshooting/mismatch.py"
@@ -62,17 +62,13 @@ def test_detail_makes_ddp_crash_on_gloo(runs):
     assert "validation loss" not in result.stdout
 
 
-#: What torch 2.13 prints on rank 0 when a barrier on NCCL does not say which GPU it runs on.
-BARRIER_DEVICE_WARNING = "barrier(): using the device under current context"
-
-
 @pytest.mark.multigpu(2)
 def test_on_gpus_the_fix_runs_and_its_barrier_names_its_gpu(tmp_path):
     result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=180, workdir=tmp_path)
     printed = [float(line.split()[-1]) for line in result.stdout.splitlines()
                if "validation loss" in line]
     assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
-    assert BARRIER_DEVICE_WARNING not in result.text
+    assert BARRIER_WARNING not in result.text
 
 
 @pytest.mark.multigpu(2)
@@ -83,7 +79,7 @@ def test_on_gpus_rank_0_alone_in_a_collective_fails_the_job_at_the_timeout(tmp_p
     result = run(SNIPPET, "--timeout", "20", launcher="torchrun", nproc=2, check=False,
                  timeout=240, workdir=tmp_path)
     assert not result.timed_out and result.returncode != 0, result.report()
-    assert BARRIER_DEVICE_WARNING not in result.text
+    assert BARRIER_WARNING not in result.text
 
 
 @pytest.mark.multigpu(2)
