@@ -28,6 +28,9 @@ help:
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	# DeepSpeed compiles its CPU communication operator on first use (about a minute of
+	# CPU, cached in ~/.cache/torch_extensions): once here, not inside the first test.
+	$(BIN)/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
 	touch $@
 
 html: $(STAMP)

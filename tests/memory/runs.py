@@ -26,8 +26,8 @@ needs_deepspeed = pytest.mark.skipif(
     not HAVE_DEEPSPEED, reason="needs DeepSpeed: pip install deepspeed==0.19.8")
 DS_CONFIGS = ["ds_config_zero1.json", "ds_config_zero2.json", "ds_config_zero3.json",
               "ds_config_zero2_offload.json", "ds_config_zero3_offload.json"]
-#: The first DeepSpeed run on a machine compiles an operator for the CPU (25-50 s, longer
-#: when the machine is busy); the compiled operator is cached in ~/.cache/torch_extensions.
+#: The first DeepSpeed run on a machine compiles an operator for the CPU (about a minute;
+#: `make` does it when it installs, and caches it in ~/.cache/torch_extensions).
 DS_TIMEOUT = 900
 #: What DeepSpeed and its launcher log with time stamps, and the CPU-only operator build.
 DS_NOISE = re.compile(r"^(\[\d{4}-\d\d-\d\d [^\]]*\] .*|DeepSpeed .* built successfully)$")
