@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness import slurm as local_slurm  # registers the sbatch launcher
-from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, kill_tagged
+from harness.launch import (DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, SHARED_RUNS,
+                            kill_tagged)
 from harness.outputs import COMPARED
 
 MARKERS = {
@@ -48,6 +49,7 @@ def pytest_configure(config):
     os.environ[SESSION_TAG] = SESSION_ID
     if not _is_worker(config):
         os.environ[SLURM_STATE] = tempfile.mkdtemp(prefix="local-slurm-")
+        os.environ[SHARED_RUNS] = tempfile.mkdtemp(prefix="shared-runs-")
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
 
@@ -81,15 +83,12 @@ FILE_SECONDS = "snippets/file-seconds"
 _seconds: dict[str, float] = {}
 
 
-#: Tests that run in one process with others because they share runs: DeepSpeed's
-#: (tests/memory/runs.py runs each world size once per process, and the estimator's test
-#: compares with the same runs) and the browser's (one built site, one browser). A test id
-#: may also get a process of its own: the DeepSpeed job script shares no run. The first
-#: prefix that matches a test id wins.
+#: Tests that run in one process with others: the browser's (one built site, one
+#: browser). A test may also get a process of its own: the DeepSpeed job script, slow and
+#: sharing no run with the tests in its file. (Runs that tests of several files check, such
+#: as DeepSpeed's, are shared between processes by harness.launch.shared.) The first prefix
+#: that matches a test id wins.
 SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py::test_the_job_script": "deepspeed job",
-                 "tests/memory/test_deepspeed_zero.py": "deepspeed",
-                 "tests/memory/test_ds_config_": "deepspeed",
-                 "tests/tools/test_estimate_memory.py": "deepspeed",
                  "tests/browser/": "browser"}
 
 
@@ -204,6 +203,7 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
     if not _is_worker(session.config):
         _stop_slurm(session)
+        shutil.rmtree(os.environ[SHARED_RUNS], ignore_errors=True)
         if _seconds:
             session.config.cache.set(FILE_SECONDS, {**session.config.cache.get(FILE_SECONDS, {}),
                                                     **{k: round(v, 1) for k, v in _seconds.items()}})

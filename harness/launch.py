@@ -12,8 +12,12 @@ group, and the failure message holds the tail of every process's output.
 
 from __future__ import annotations
 
+import fcntl
+import functools
+import hashlib
 import json
 import os
+import pickle
 import re
 import runpy
 import shutil
@@ -117,6 +121,41 @@ class Result:
 
 
 LAUNCHERS: dict[str, Callable[[Launch], list[Proc]]] = {}
+
+#: A folder that every process of one test session shares (conftest.py makes it): the
+#: runs :func:`shared` keeps are stored there, so each happens once per session.
+SHARED_RUNS = "SNIPPET_HARNESS_SHARED_RUNS"
+
+
+def shared(fn):
+    """Like ``functools.cache``, but across the processes of one test session (the
+    workers of ``pytest -n``): the first process to call ``fn(*args)`` runs it, the
+    others wait for it and read its result. Without the session's folder, a plain cache."""
+    kept = {}
+
+    @functools.wraps(fn)
+    def cached(*args):
+        if args not in kept:
+            kept[args] = _shared_call(fn, args)
+        return kept[args]
+
+    return cached
+
+
+def _shared_call(fn, args):
+    folder = os.environ.get(SHARED_RUNS)
+    if not folder:
+        return fn(*args)
+    key = hashlib.sha256(repr((fn.__module__, fn.__qualname__, args)).encode()).hexdigest()[:32]
+    path = Path(folder) / f"{key}.pickle"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on an error
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = fn(*args)
+        path.with_suffix(".partial").write_bytes(pickle.dumps(value))
+        path.with_suffix(".partial").rename(path)
+        return value
 
 
 def launcher(name: str):

@@ -6,7 +6,6 @@ import: launchers the harness does not have (what srun sets for each task, the o
 """
 
 import dataclasses
-import functools
 import re
 import shutil
 import socket
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.launch import Launch, Proc, Result, launcher, run, snippet
+from harness.launch import Launch, Proc, Result, launcher, run, shared, snippet
 from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output, check_text
 
 SNIPPET = "ddp/train.py"
@@ -115,13 +114,13 @@ def train(*args, launcher: str, world: int, nnodes: int = 1, every_rank_saves: b
     return dataclasses.replace(result, script=snippet(SNIPPET))
 
 
-@functools.cache
+@shared
 def one_process() -> Result:
     """The reference: one process taking the whole batch of every step."""
     return train(launcher="env", world=1)
 
 
-@functools.cache
+@shared
 def two_ranks() -> Result:
     """What code_changes.md tells readers to run first."""
     return train(launcher="torchrun", world=2)

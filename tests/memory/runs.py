@@ -6,7 +6,6 @@ estimated table. Also here: the one-process, full-batch reference training that
 every distributed run must reproduce, and parsers for the tables the snippets print.
 """
 
-import functools
 import importlib.util
 import re
 import shutil
@@ -18,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from harness.launch import BIN, free_port, run, snippet, snippet_code
+from harness.launch import BIN, free_port, run, shared, snippet, snippet_code
 from harness.outputs import GPU_ATOL  # noqa: F401 (the chapter's tests import it from here)
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
@@ -39,7 +38,7 @@ def workdir():
     return Path(tempfile.mkdtemp(prefix="memory-"))
 
 
-@functools.cache
+@shared
 def torchrun(name, nproc, *args):
     """``torchrun --standalone --nproc_per_node=N <snippet> args`` in a fresh folder."""
     return run(name, *args, launcher="torchrun", nproc=nproc, workdir=workdir())
@@ -52,7 +51,7 @@ def with_ds_configs(folder):
     return folder
 
 
-@functools.cache
+@shared
 def deepspeed_run(nproc):
     """deepspeed_zero.py with every config: ``deepspeed`` at 2 ranks, torchrun at 1 and 4."""
     folder = with_ds_configs(workdir())
@@ -64,7 +63,7 @@ def deepspeed_run(nproc):
                workdir=folder, timeout=DS_TIMEOUT)
 
 
-@functools.cache
+@shared
 def deepspeed_gpu_run():
     """deepspeed_zero.py with every config under torchrun on 2 GPUs."""
     return run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=2,
@@ -77,7 +76,7 @@ def without_deepspeed_logs(result):
     return "\n".join(lines) + "\n"
 
 
-@functools.cache
+@shared
 def dcp_runs():
     """2 ranks train 2 epochs; 4 ranks resume from that checkpoint to 4; one process converts."""
     folder = workdir()
@@ -89,7 +88,7 @@ def dcp_runs():
     return SimpleNamespace(first=first, resumed=resumed, converted=converted, folder=folder)
 
 
-@functools.cache
+@shared
 def _reference(name, epochs, clip):
     c = snippet_code(name)
     dataset = c["make_dataset"]()

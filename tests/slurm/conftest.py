@@ -2,10 +2,17 @@
 
 import pytest
 
+from harness.launch import shared
 from tests.slurm.jobs import submit
+
+
+@shared
+def _one_node_job():
+    return submit("slurm/one_node.sbatch", world_size=4)
 
 
 @pytest.fixture(scope="session")
 def one_node_job(slurm_cluster):
-    """snippets/slurm/one_node.sbatch, run once: srun, one task per GPU, world size 4."""
-    return submit("slurm/one_node.sbatch", world_size=4)
+    """snippets/slurm/one_node.sbatch, run once in the session: srun, one task per GPU,
+    world size 4."""
+    return _one_node_job()
