@@ -96,10 +96,7 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"step \d+", "step <n>", "the step at which the signal arrives"),
         (r"(?m)^epoch .*\n", "", "how far training got before the signal")],
     "slurm/wrong_python.out": [SRUN_TASK_0_FAILED],
-    "slurm/no_local_rank.out": [
-        SRUN_TASK_0_FAILED,
-        (r"(?m)^srun: (Job \d+ step creation temporarily disabled, retrying .*|Step created "
-         r"for job \d+)\n", "", "a step that waits until Slurm has freed the previous one")],
+    "slurm/no_local_rank.out": [SRUN_TASK_0_FAILED],
     "slurm/gpu_tests.out": [
         (r"(?m)^SKIPPED .*\n", "", "the list of GPU tests grows with the guide"),
         (r"(?m)^[s.]+ *\[ *\d+%\]\n", "", "one character per test"),
