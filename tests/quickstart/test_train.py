@@ -13,6 +13,8 @@ import torch
 
 from harness.launch import Result, run
 from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output
+from tests.ddp.test_train import assert_same_parameters
+from tests.ddp.test_train import held_out_accuracy as ddp_held_out_accuracy
 
 SNIPPET = "quickstart/train.py"
 
@@ -25,19 +27,11 @@ def epoch_losses(stdout: str) -> list[float]:
 
 def held_out_accuracy(stdout: str) -> float:
     """The percentage of the 261 held-out images the trained model classifies right."""
-    line = re.search(r"^held-out accuracy ([\d.]+)% on 261 images$", stdout, re.M)
-    assert line, stdout
-    return float(line[1])
+    return ddp_held_out_accuracy(stdout, images=261)
 
 
 def saved_model(result: Result) -> dict[str, torch.Tensor]:
     return torch.load(result.workdir / "model.pt", map_location="cpu", weights_only=True)
-
-
-def assert_same_model(a: dict, b: dict, atol: float) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=atol, msg=key)
 
 
 @functools.cache
@@ -55,7 +49,7 @@ def test_two_processes_train_like_one_process_on_the_whole_batch():
     assert len(losses) == 5 and losses == sorted(losses, reverse=True)  # it learns
     assert losses == pytest.approx(epoch_losses(one_process().stdout), abs=1e-4)
     assert held_out_accuracy(result.stdout) == held_out_accuracy(one_process().stdout) > 90
-    assert_same_model(saved_model(result), saved_model(one_process()), atol=1e-6)
+    assert_same_parameters(saved_model(result), saved_model(one_process()), atol=1e-6)
 
 
 @pytest.mark.multigpu(2)
@@ -65,5 +59,5 @@ def test_on_two_gpus_nccl_trains_like_the_cpu():
     assert epoch_losses(result.stdout) == pytest.approx(epoch_losses(one_process().stdout),
                                                         abs=1e-3)
     assert held_out_accuracy(result.stdout) > 90
-    assert_same_model(saved_model(result), saved_model(one_process()), atol=GPU_ATOL)
+    assert_same_parameters(saved_model(result), saved_model(one_process()), atol=GPU_ATOL)
     assert BARRIER_WARNING not in result.text  # it was told its GPU
