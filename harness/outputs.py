@@ -70,6 +70,11 @@ BARRIER_WARNING = "barrier(): using the device under current context"
 #: run: the same maths in other kernels.
 GPU_ATOL = 1e-4
 
+#: srun's line about a failed task, which reaches a job's output file before or after the
+#: task's own traceback.
+SRUN_TASK_0_FAILED = (r"(?m)^srun: error: node[12]: task 0: Exited with exit code 1\n", "",
+                      "srun's line and the traceback arrive in either order")
+
 #: Figures that follow from timing or from the machine, per output file (relative to
 #: snippets/, with ``*`` for any variant): (pattern, replacement, why). Everything else
 #: in these files is still compared.
@@ -90,9 +95,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
     "slurm/preemptible.out": [
         (r"step \d+", "step <n>", "the step at which the signal arrives"),
         (r"(?m)^epoch .*\n", "", "how far training got before the signal")],
-    "slurm/wrong_python.out": [
-        (r"(?m)^srun: error: node[12]: task 0: Exited with exit code 1\n", "",
-         "srun's line and the traceback arrive in either order")],
+    "slurm/wrong_python.out": [SRUN_TASK_0_FAILED],
+    "slurm/no_local_rank.out": [SRUN_TASK_0_FAILED],
     "slurm/gpu_tests.out": [
         (r"(?m)^SKIPPED .*\n", "", "the list of GPU tests grows with the guide"),
         (r"(?m)^[s.]+ *\[ *\d+%\]\n", "", "one character per test"),

@@ -90,6 +90,14 @@ def losses(stdout: str) -> list[tuple[str, float]]:
                                                       stdout, re.M)]
 
 
+def held_out_accuracy(stdout: str, images: int = 773) -> float:
+    """The percentage of the held-out digits (773 here, 261 in the quick start's script)
+    the trained model classifies right."""
+    line = re.search(rf"^held-out accuracy ([\d.]+)% on {images} images$", stdout, re.M)
+    assert line, stdout
+    return float(line[1])
+
+
 def final_parameters(result: Result) -> dict[str, torch.Tensor]:
     return torch.load(result.workdir / "checkpoint.pt", weights_only=True)["model"]
 
@@ -138,6 +146,7 @@ def test_two_processes_end_where_one_process_on_the_whole_batch_ends():
     assert "final parameters identical on all ranks (world size 2)" in result.stdout
     assert_same_parameters(final_parameters(result), final_parameters(one_process()), atol=1e-6)
     assert len(losses(result.stdout)) == 12
+    assert held_out_accuracy(result.stdout) == held_out_accuracy(one_process().stdout) > 85
     for (label, loss), (label1, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):
         assert label == label1 and loss == pytest.approx(loss1, abs=1e-4)
 

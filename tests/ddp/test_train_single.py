@@ -8,7 +8,7 @@ import torch
 
 from harness.launch import run, snippet
 from harness.outputs import check_text
-from tests.ddp.test_train import SNIPPET as DDP_SNIPPET, losses
+from tests.ddp.test_train import SNIPPET as DDP_SNIPPET, held_out_accuracy, losses
 
 SNIPPET = "ddp/train_single.py"
 
@@ -16,8 +16,9 @@ SNIPPET = "ddp/train_single.py"
 def test_it_learns_and_saves_a_checkpoint_every_epoch(tmp_path):
     result = run(SNIPPET, workdir=tmp_path)
     epochs = [loss for label, loss in losses(result.stdout) if label.endswith("done")]
-    accuracy = float(re.findall(r"accuracy ([\d.]+)%", result.stdout)[-1])
+    accuracy = float(re.findall(r"accuracy ([\d.]+)% on 1024 samples", result.stdout)[-1])
     assert len(epochs) == 3 and epochs[0] > epochs[1] > epochs[2] and accuracy > 85
+    assert held_out_accuracy(result.stdout) > 85  # the 773 images it never trained on
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 96
 
 

@@ -1,0 +1,46 @@
+"""snippets/cheatsheet/debug.sbatch, shown on docs/cheatsheet.md.
+
+Submitted as it is, next to ranks.py: the job exports the debug variables, and
+torchrun's processes, which inherit them, run and write their output to files of their
+own. With TORCH_DISTRIBUTED_DEBUG=DETAIL the collectives go through PyTorch's checking
+wrapper; the run must still succeed. On a GPU cluster, NCCL_DEBUG=INFO makes NCCL report
+its version in rank 0's log.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from harness.outputs import check_output
+from tests.cheatsheet.test_torchrun_logs import assert_log_files
+from tests.slurm.jobs import job_end, submit
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+
+SNIPPET = "cheatsheet/debug.sbatch"
+FILES = ("cheatsheet/ranks.py",)
+VARIABLES = ("CUDA_LAUNCH_BLOCKING=1\nNCCL_DEBUG=INFO\nTORCH_DISTRIBUTED_DEBUG=DETAIL\n"
+             "TORCH_NCCL_ASYNC_ERROR_HANDLING=1\nTORCH_NCCL_BLOCKING_WAIT=1\n"
+             "TORCH_SHOW_CPP_STACKTRACES=1\n")
+
+
+def assert_debugged_run(job) -> Path:
+    assert job.stdout == VARIABLES  # the processes' output went to their files
+    assert job_end(job)["state"] == "COMPLETED"
+    return assert_log_files(job.workdir, 2)
+
+
+@pytest.mark.slurm
+def test_the_ranks_run_with_every_debug_variable():
+    job = submit(SNIPPET, files=FILES, world_size=2)
+    check_output(job)
+    assert_debugged_run(job)
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster():
+    cluster = real_cluster()
+    job = submit_real(cluster, SNIPPET, files=FILES, world_size=2,
+                      sbatch_args=cluster.shape(tasks_per_gpu=False, nodes=1, gpus_per_node=2))
+    logs = assert_debugged_run(job)
+    rank_0 = (logs / "0" / "stdout.log").read_text() + (logs / "0" / "stderr.log").read_text()
+    assert "NCCL INFO NCCL version" in rank_0

@@ -1,0 +1,28 @@
+"""snippets/cheatsheet/ranks.py, which torchrun_logs.sh starts, shown on docs/cheatsheet.md."""
+
+import re
+
+import pytest
+
+from harness.launch import run
+
+SNIPPET = "cheatsheet/ranks.py"
+
+
+def assert_every_rank_spoke(result, world_size: int) -> None:
+    # not anchored at line starts: unbuffered, as the tests run it, each print writes its
+    # text and its newline separately, and two ranks' lines may run into one
+    said = sorted(re.findall(r"rank (\d+) of (\d+) \(local rank (\d+)\): training",
+                             result.stdout))
+    assert said == sorted((str(r), str(world_size), str(r)) for r in range(world_size))
+    warned = re.findall(r"rank (\d+): a warning", result.text)  # stderr, or a job's file
+    assert sorted(warned) == [str(r) for r in range(world_size)]
+
+
+def test_every_process_prints_its_rank_on_stdout_and_stderr():
+    assert_every_rank_spoke(run(SNIPPET, launcher="torchrun", nproc=2), 2)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus():
+    assert_every_rank_spoke(run(SNIPPET, launcher="torchrun", nproc=2), 2)

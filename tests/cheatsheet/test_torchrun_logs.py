@@ -1,0 +1,50 @@
+"""snippets/cheatsheet/torchrun_logs.sh, shown on docs/cheatsheet.md.
+
+Run with bash (the launcher of tests/cheatsheet/conftest.py) as the page shows, next to ranks.py: torchrun writes every local rank's
+stdout and stderr to files of its own under logs/, and prints only local rank 0's lines
+in the terminal, each prefixed with its rank.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+
+SNIPPET = "cheatsheet/torchrun_logs.sh"
+
+
+def assert_log_files(workdir, world_size: int) -> Path:
+    """ranks.py's lines of each local rank are in its own files under logs/; returns the
+    folder of the run's first attempt."""
+    attempts = list((workdir / "logs").glob("*/attempt_0"))
+    assert len(attempts) == 1, attempts
+    for rank in range(world_size):
+        said = (attempts[0] / str(rank) / "stdout.log").read_text()
+        assert said.endswith(f"rank {rank} of {world_size} (local rank {rank}): training\n")
+        assert (attempts[0] / str(rank) / "stderr.log").read_text().endswith(
+            f"rank {rank}: a warning\n")
+    return attempts[0]
+
+
+def assert_each_rank_has_its_own_logs(result) -> None:
+    terminal_out, terminal_err = result.outputs[0].stdout, result.outputs[0].stderr
+    assert re.findall(r"^\[default(\d)\]:rank \d", terminal_out, re.M) == ["0"]
+    assert "[default0]:rank 0: a warning" in terminal_err
+    assert "rank 1: a warning" not in terminal_err.replace("[default0]", "")
+    assert_log_files(result.workdir, 2)
+    assert terminal_out.endswith("rank 1 of 2 (local rank 1): training\n")  # the cat
+
+
+def test_one_log_file_per_rank_and_only_rank_0_in_the_terminal():
+    result = run(SNIPPET, launcher="bash", files=("cheatsheet/ranks.py",), world_size=2)
+    check_output(result)
+    assert_each_rank_has_its_own_logs(result)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus():
+    result = run(SNIPPET, launcher="bash", files=("cheatsheet/ranks.py",), world_size=2)
+    assert_each_rank_has_its_own_logs(result)
