@@ -83,14 +83,17 @@ _seconds: dict[str, float] = {}
 
 #: Tests that run in one process with others because they share runs: DeepSpeed's
 #: (tests/memory/runs.py runs each world size once per process, and the estimator's test
-#: compares with the same runs) and the browser's (one built site, one browser). A test id
+#: compares with the same runs), the browser's (one built site, one browser) and those of
+#: the job that hangs on purpose (tests/troubleshooting/stuck_job.py runs it once). A test id
 #: may also get a process of its own: the DeepSpeed job script shares no run. The first
 #: prefix that matches a test id wins.
 SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py::test_the_job_script": "deepspeed job",
                  "tests/memory/test_deepspeed_zero.py": "deepspeed",
                  "tests/memory/test_ds_config_": "deepspeed",
                  "tests/tools/test_estimate_memory.py": "deepspeed",
-                 "tests/browser/": "browser"}
+                 "tests/browser/": "browser",
+                 "tests/troubleshooting/test_hang.py": "hang job",
+                 "tests/troubleshooting/test_dump_stacks.py": "hang job"}
 
 
 def _group(nodeid: str) -> str:

@@ -1,0 +1,49 @@
+"""snippets/troubleshooting/hang.sbatch and hang.py, shown on
+docs/troubleshooting/many_nodes.md: a job that hangs on purpose, on both nodes of the
+local cluster with 2 tasks per node; it is cancelled once dump_stacks.sh has seen every
+rank stuck (tests/troubleshooting/stuck_job.py). On a GPU cluster, the same on its nodes.
+"""
+
+import re
+
+import pytest
+
+from harness.outputs import check_text
+from tests.slurm.jobs import job_end
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
+from tests.troubleshooting import stuck_job
+from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
+
+JOB = "troubleshooting/hang.sbatch"
+SCRIPT = "troubleshooting/hang.py"  # what the job runs
+assert stuck_job.JOB == JOB
+
+
+def assert_hung_until_cancelled(stuck, world_size: int, steps: int = 5):
+    """Every rank started and labelled its lines; rank 0 logged every step but the
+    last, which rank SKIPPING_RANK skipped; nobody saved; the job ended cancelled."""
+    result = stuck.job
+    assert job_end(result)["state"] == "CANCELLED", result.report()
+    assert result.ranks_started == set(range(world_size)), result.report()
+    started = re.findall(r"(?m)^ *(\d+): rank (\d+) of (\d+) on \S+, pid \d+$", result.stdout)
+    assert sorted((int(label), int(rank), int(size)) for label, rank, size in started) == [
+        (rank, rank, world_size) for rank in range(world_size)], result.stdout
+    logged = re.findall(r"(?m)^ *0: step (\d+): mean loss", result.stdout)
+    assert logged == [str(step) for step in range(steps - 1)], result.stdout
+    assert "saved" not in result.stdout and SKIPPING_RANK != 0
+
+
+@pytest.mark.slurm
+def test_the_job_hangs_until_cancelled_and_every_line_names_its_rank():
+    stuck = stuck_job.on_the_local_cluster()
+    assert_hung_until_cancelled(stuck, 4)
+    check_text(by_rank(stuck.job.stdout), JOB)
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster(monkeypatch):
+    cluster = real_cluster()
+    cluster.use(monkeypatch)  # the test's squeue, scontrol and scancel ask the cluster
+    stuck = stuck_job.on_a_gpu_cluster(cluster)
+    assert stuck.job.script.name == JOB.split("/")[1]
+    assert_hung_until_cancelled(stuck, cluster.nodes * cluster.gpus_per_node)
