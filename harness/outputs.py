@@ -108,6 +108,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"thread 0x[0-9a-f]+", "thread <id>", "a thread's address"),
         (r"(?m)^Extension modules: .*$", "Extension modules: <list>",
          "which compiled modules numpy and torch load")],
+    "troubleshooting/allreduce_bw.out": [
+        (r"[\d.]+ GB/s", "<n> GB/s", "bandwidth measured with a clock")],
     "troubleshooting/dump_stacks.out": [
         (r"\bThread \d+", "Thread <pid>", "process ids")],
     "ddp/topology*.out": [
