@@ -59,7 +59,8 @@ def test_within_a_node_between_nodes_and_every_process():
 @on_the_gpu_cluster()
 def test_on_a_gpu_cluster():
     cluster = real_cluster()
-    result = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=cluster.shape())
+    result = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=cluster.shape(),
+                         world_size=cluster.nodes * cluster.gpus_per_node)
     found = tables(result.stdout)
     per_node, nodes = cluster.gpus_per_node, cluster.nodes
     assert [(t["n"], t["nodes"]) for t in found] == [

@@ -62,7 +62,8 @@ def test_on_a_gpu_cluster(monkeypatch):
     cluster = real_cluster()
     cluster.use(monkeypatch)  # job_nodes asks the cluster
     shape = cluster.shape(tasks_per_gpu=False)
-    healthy = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=shape)
+    healthy = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=shape,
+                          world_size=cluster.gpus_per_node)  # a process group per node
     nodes = job_nodes(healthy)
     assert report(healthy) == {node: "OK" for node in nodes}, healthy.report()
     assert f"{cluster.gpus_per_node} processes on cuda" in healthy.stdout
