@@ -26,7 +26,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, nargs="+", default=[1, 16, 256],
                         help="tensor sizes in MiB")
-    parser.add_argument("--iters", type=int, default=10, help="timed all-reduces per size")
+    parser.add_argument("--iters", type=int, default=10,
+                        help="timed all-reduces per size")
     parser.add_argument("--warmup", type=int, default=3)
     return parser.parse_args()
 
@@ -43,7 +44,8 @@ def setup():
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size,
+                                device_id=device)
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -61,8 +63,9 @@ def seconds_per_all_reduce(tensor, iters, warmup):
         dist.all_reduce(tensor)
     if tensor.is_cuda:
         torch.cuda.synchronize()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(elapsed.to(tensor.device), op=dist.ReduceOp.MAX)  # the slowest
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64,
+                           device=tensor.device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
     return elapsed.item() / iters
 
 
@@ -71,7 +74,8 @@ def main():
     device = setup()
     n = dist.get_world_size()
     nodes = [None] * n
-    dist.all_gather_object(nodes, os.environ.get("SLURMD_NODENAME", socket.gethostname()))
+    node = os.environ.get("SLURMD_NODENAME", socket.gethostname())
+    dist.all_gather_object(nodes, node)
     factor = 2 * (n - 1) / n
     if dist.get_rank() == 0:
         count = len(set(nodes))

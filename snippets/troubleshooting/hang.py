@@ -7,6 +7,7 @@ Rank 1 (--skip-rank) skips the all-reduce of the last step, as a rank does that
 takes the other branch of an `if`: it waits at the barrier, the others wait in
 the all-reduce, and nothing moves until the collective timeout (--timeout
 minutes). Every process prints one line when it starts: rank, node, process id.
+With --monitored-barrier SECONDS, rank 0 names the rank that is missing instead.
 
     srun --label python hang.py      # from a job script: see hang.sbatch
 """
@@ -28,6 +29,9 @@ def parse_args():
                         help="the rank that skips the last all-reduce")
     parser.add_argument("--timeout", type=float, default=10,
                         help="collective timeout in minutes")
+    parser.add_argument("--monitored-barrier", type=float, metavar="SECONDS",
+                        help="before each all-reduce, a monitored barrier with this "
+                             "timeout: rank 0 names the ranks that do not arrive")
     return parser.parse_args()
 
 
@@ -52,8 +56,10 @@ def setup(timeout):
     return device, checkpoint_group
 
 
-def average_loss(loss):
+def average_loss(loss, monitor=None):
     """The mean of every rank's loss: a collective, so every rank must call it."""
+    if monitor:  # (group, timeout): rank 0 fails, naming the ranks that are missing
+        dist.monitored_barrier(monitor[0], timeout=monitor[1], wait_all_ranks=True)
     total = loss.detach().clone()
     dist.all_reduce(total)
     return total.item() / dist.get_world_size()
@@ -69,6 +75,10 @@ def save_checkpoint(model, group):
 def main():
     args = parse_args()
     device, checkpoint_group = setup(args.timeout)
+    monitor = None
+    if args.monitored_barrier:  # it needs gloo: a group of its own
+        seconds = timedelta(seconds=args.monitored_barrier)
+        monitor = (dist.new_group(backend="gloo"), seconds)
     rank = dist.get_rank()
     node = os.environ.get("SLURMD_NODENAME", socket.gethostname())
     print(f"rank {rank} of {dist.get_world_size()} on {node}, pid {os.getpid()}",
@@ -84,7 +94,7 @@ def main():
         optimizer.step()
         if rank == args.skip_rank and step == args.steps - 1:
             continue  # the bug: this rank does not report its last loss
-        mean = average_loss(loss)
+        mean = average_loss(loss, monitor)
         if rank == 0:
             print(f"step {step}: mean loss {mean:.4f}", flush=True)
     save_checkpoint(model, checkpoint_group)

@@ -8,10 +8,12 @@ import re
 
 import pytest
 
+from harness.launch import run
 from harness.outputs import check_text
 from tests.slurm.jobs import job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.troubleshooting import stuck_job
+from tests.troubleshooting.common import check_errors, error_lines
 from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
 
 JOB = "troubleshooting/hang.sbatch"
@@ -47,3 +49,27 @@ def test_on_a_gpu_cluster(monkeypatch):
     stuck = stuck_job.on_a_gpu_cluster(cluster)
     assert stuck.job.script.name == JOB.split("/")[1]
     assert_hung_until_cancelled(stuck, cluster.nodes * cluster.gpus_per_node)
+
+
+def monitored(timeout: float):
+    """hang.py with a monitored barrier before each all-reduce, under torchrun on 2
+    processes; the lines that name the missing rank."""
+    result = run(SCRIPT, "--monitored-barrier", "5", launcher="torchrun", nproc=2,
+                 timeout=timeout, check=False)
+    assert not result.timed_out and result.returncode != 0, result.report()
+    assert re.findall(r"(?m)^step (\d+): ", result.stdout) == ["0", "1", "2", "3"]
+    # the exception's line (rank 1, left alone, may also fail when rank 0 has gone)
+    lines = [line for line in error_lines(result) if "monitoredBarrier" in line]
+    assert lines == ["[rank0]: RuntimeError: [Rank 0]: Ranks 1 failed to pass "
+                     "monitoredBarrier in 5000 ms"], result.report()
+    return result, lines
+
+
+def test_a_monitored_barrier_names_the_rank_that_did_not_arrive():
+    result, lines = monitored(timeout=300)
+    check_errors(result, "monitor", lines)
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_the_monitored_barrier_runs_in_its_gloo_group():
+    monitored(timeout=300)
