@@ -86,8 +86,8 @@ _seconds: dict[str, float] = {}
 #: Tests that run in one process with others: the browser's (one built site, one
 #: browser). A test may also get a process of its own: the DeepSpeed job script, slow and
 #: sharing no run with the tests in its file. (Runs that tests of several files check, such
-#: as DeepSpeed's, are shared between processes by harness.launch.shared.) The first prefix
-#: that matches a test id wins.
+#: as DeepSpeed's or the job that hangs on purpose, are shared between processes by
+#: harness.launch.shared.) The first prefix that matches a test id wins.
 SHARED_GROUPS = {"tests/memory/test_deepspeed_zero.py::test_the_job_script": "deepspeed job",
                  "tests/browser/": "browser"}
 

@@ -105,6 +105,17 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (f"(?:{GLOO_ERROR}).*", "<gloo error>", "which side of a broken collective notices first"),
         (r"\[(pair|unbound_buffer)\.cc:<line>\]", "[<gloo source>]",
          "which part of gloo notices first")],
+    "troubleshooting/crash.summary.out": [
+        (r"(?m)^(  time +: ).*$", r"\1<time>", "when it ran"),
+        (r"(?m)^(  host +: ).*$", r"\1<host>", "the machine's name")],
+    "troubleshooting/crash.faulthandler.out": [
+        (r"thread 0x[0-9a-f]+", "thread <id>", "a thread's address"),
+        (r"(?m)^Extension modules: .*$", "Extension modules: <list>",
+         "which compiled modules numpy and torch load")],
+    "troubleshooting/allreduce_bw.out": [
+        (r"[\d.]+ GB/s", "<n> GB/s", "bandwidth measured with a clock")],
+    "troubleshooting/dump_stacks.out": [
+        (r"\bThread \d+", "Thread <pid>", "process ids")],
     "ddp/topology*.out": [
         (r"(?m)^  host (\d+): \S+$", r"  host \1: <host>", "the machine's name"),
         (r"(?m)\d+ of \d+$", "<n> of <n>", "CPUs usable depend on the machine")],

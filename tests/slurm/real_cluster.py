@@ -103,6 +103,16 @@ def real_cluster(gpus: int = 2) -> RealCluster:
     return RealCluster(nodes, have, max(1, cpus // have), options)
 
 
+def login_environment() -> dict[str, str]:
+    """The tests' environment without the variables of the job they run in, with the
+    configuration of its cluster: a login node's, for a test's own srun or scancel."""
+    env = {var: value for var, value in os.environ.items()
+           if not var.startswith(JOB_VARIABLES)}
+    if OUTER_SLURM_CONF:
+        env["SLURM_CONF"] = OUTER_SLURM_CONF
+    return env
+
+
 def _outside_the_job(name: str):
     """The harness's ``name`` launcher, run without the variables of the job the tests run
     in, with the configuration of its cluster: as from a login node of that cluster."""

@@ -1,0 +1,69 @@
+"""snippets/troubleshooting/allreduce_bw.sbatch and allreduce_bw.py, shown on
+docs/troubleshooting/bandwidth.md: the all-reduce bandwidth within a node, between
+nodes and over every process of a job, on both nodes of the local cluster with 2 tasks
+per node (gloo on localhost: the figures are those of the machine's memory, not of a
+network). The test checks what does not depend on the clock: the sizes, the numbers of
+processes and nodes, and busbw = algbw x 2(n-1)/n. On a GPU cluster, the same on its
+nodes.
+"""
+
+import re
+
+import pytest
+
+from harness.outputs import check_output
+from tests.slurm.jobs import TWO_PER_NODE, submit
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+
+JOB = "troubleshooting/allreduce_bw.sbatch"
+SCRIPT = "troubleshooting/allreduce_bw.py"
+MIB = (1, 4, 16)
+ARGS = ("--mib", *map(str, MIB), "--iters", "5", "--warmup", "1")
+
+
+def tables(stdout: str) -> list[dict]:
+    """Each srun's table: processes, nodes, factor, and rows (bytes, ms, algbw, busbw)."""
+    found = []
+    for head, body in re.findall(
+            r"(?m)^(all_reduce, .*)\n +bytes +time +algbw +busbw\n((?:^ +\d+ .*\n?)+)", stdout):
+        n, nodes, factor = re.match(
+            r"all_reduce, (\d+) processes on (\d+) nodes?, \w+ on \w+: busbw = algbw x (\S+)$",
+            head).groups()
+        rows = [(int(b), float(ms), float(alg), float(bus)) for b, ms, alg, bus in re.findall(
+            r"(?m)^ +(\d+) +([\d.]+) ms +([\d.]+) GB/s +([\d.]+) GB/s$", body)]
+        found.append({"n": int(n), "nodes": int(nodes), "factor": float(factor), "rows": rows})
+    return found
+
+
+def assert_bus_bandwidth(table: dict, mib=MIB):
+    """Sizes as asked; algbw = bytes / time; busbw / algbw = 2(n-1)/n, to the digits printed."""
+    n = table["n"]
+    assert table["factor"] == pytest.approx(2 * (n - 1) / n, abs=1e-6)
+    assert [row[0] for row in table["rows"]] == [m * 2**20 for m in mib]
+    for size, ms, algbw, busbw in table["rows"]:
+        assert algbw == pytest.approx(size / (ms / 1e3) / 1e9, rel=2e-3, abs=2e-4)
+        assert busbw == pytest.approx(algbw * 2 * (n - 1) / n, rel=1e-3, abs=2e-4)
+
+
+@pytest.mark.slurm
+def test_within_a_node_between_nodes_and_every_process():
+    result = submit(JOB, *ARGS, files=(SCRIPT,), sbatch_args=TWO_PER_NODE, world_size=4)
+    check_output(result)
+    found = tables(result.stdout)
+    assert [(t["n"], t["nodes"]) for t in found] == [(2, 1), (2, 2), (4, 2)]
+    assert [t["factor"] for t in found] == [1.0, 1.0, 1.5]
+    for table in found:
+        assert_bus_bandwidth(table)
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster():
+    cluster = real_cluster()
+    result = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=cluster.shape(),
+                         world_size=cluster.nodes * cluster.gpus_per_node)
+    found = tables(result.stdout)
+    per_node, nodes = cluster.gpus_per_node, cluster.nodes
+    assert [(t["n"], t["nodes"]) for t in found] == [
+        (per_node, 1), (nodes, nodes), (per_node * nodes, nodes)]
+    for table in found:
+        assert_bus_bandwidth(table, mib=(1, 16, 256))

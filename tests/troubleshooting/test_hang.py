@@ -1,0 +1,75 @@
+"""snippets/troubleshooting/hang.sbatch and hang.py, shown on
+docs/troubleshooting/many_nodes.md: a job that hangs on purpose, on both nodes of the
+local cluster with 2 tasks per node; it is cancelled once dump_stacks.sh has seen every
+rank stuck (tests/troubleshooting/stuck_job.py). On a GPU cluster, the same on its nodes.
+"""
+
+import re
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_text
+from tests.slurm.jobs import job_end
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
+from tests.troubleshooting import stuck_job
+from tests.troubleshooting.common import check_errors, error_lines
+from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
+
+JOB = "troubleshooting/hang.sbatch"
+SCRIPT = "troubleshooting/hang.py"  # what the job runs
+assert stuck_job.JOB == JOB
+
+
+def assert_hung_until_cancelled(stuck, world_size: int, steps: int = 5):
+    """Every rank started and labelled its lines; rank 0 logged every step but the
+    last, which rank SKIPPING_RANK skipped; nobody saved; the job ended cancelled."""
+    result = stuck.job
+    assert job_end(result)["state"] == "CANCELLED", result.report()
+    assert result.ranks_started == set(range(world_size)), result.report()
+    started = re.findall(r"(?m)^ *(\d+): rank (\d+) of (\d+) on \S+, pid \d+$", result.stdout)
+    assert sorted((int(label), int(rank), int(size)) for label, rank, size in started) == [
+        (rank, rank, world_size) for rank in range(world_size)], result.stdout
+    logged = re.findall(r"(?m)^ *0: step (\d+): mean loss", result.stdout)
+    assert logged == [str(step) for step in range(steps - 1)], result.stdout
+    assert "saved" not in result.stdout and SKIPPING_RANK != 0
+
+
+@pytest.mark.slurm
+def test_the_job_hangs_until_cancelled_and_every_line_names_its_rank():
+    stuck = stuck_job.on_the_local_cluster()
+    assert_hung_until_cancelled(stuck, 4)
+    check_text(by_rank(stuck.job.stdout), JOB)
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster(monkeypatch):
+    cluster = real_cluster()
+    cluster.use(monkeypatch)  # the test's squeue, scontrol and scancel ask the cluster
+    stuck = stuck_job.on_a_gpu_cluster(cluster)
+    assert stuck.job.script.name == JOB.split("/")[1]
+    assert_hung_until_cancelled(stuck, cluster.nodes * cluster.gpus_per_node)
+
+
+def monitored(timeout: float):
+    """hang.py with a monitored barrier before each all-reduce, under torchrun on 2
+    processes; the lines that name the missing rank."""
+    result = run(SCRIPT, "--monitored-barrier", "5", launcher="torchrun", nproc=2,
+                 timeout=timeout, check=False)
+    assert not result.timed_out and result.returncode != 0, result.report()
+    assert re.findall(r"(?m)^step (\d+): ", result.stdout) == ["0", "1", "2", "3"]
+    # the exception's line (rank 1, left alone, may also fail when rank 0 has gone)
+    lines = [line for line in error_lines(result) if "monitoredBarrier" in line]
+    assert lines == ["[rank0]: RuntimeError: [Rank 0]: Ranks 1 failed to pass "
+                     "monitoredBarrier in 5000 ms"], result.report()
+    return result, lines
+
+
+def test_a_monitored_barrier_names_the_rank_that_did_not_arrive():
+    result, lines = monitored(timeout=300)
+    check_errors(result, "monitor", lines)
+
+
+@pytest.mark.multigpu(2)
+def test_on_gpus_the_monitored_barrier_runs_in_its_gloo_group():
+    monitored(timeout=300)
