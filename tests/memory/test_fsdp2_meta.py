@@ -51,8 +51,8 @@ def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_proces
     whole = 16 * PARAMETERS
     for share in shares.values():
         assert share == pytest.approx(1 / ranks, rel=0.03)  # 1/N within a few per cent
-        # above 1/N: at most one full tensor in transit
-        assert 1 / ranks < share <= 1 / ranks + LARGEST / whole
+        # above 1/N: at most one full tensor in transit (the share is printed to 1e-4)
+        assert 1 / ranks < share <= 1 / ranks + LARGEST / whole + 1e-4
     assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
     # one epoch in one process, then one more sharded: two epochs in one process
     assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2))

@@ -55,11 +55,11 @@ def expected_lines(ranks):
     ]
 
 
-def check_counts(result, ranks):
+def check_counts(result, ranks, rel=1e-5):
     for line in expected_lines(ranks):
         assert line in result.stdout, line
     norm = number(r"gradient norm before clipping to 1.0: ([\d.]+)", result.stdout)
-    assert norm == pytest.approx(one_process_norm(), rel=1e-5)
+    assert norm == pytest.approx(one_process_norm(), rel=rel)
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
@@ -72,7 +72,4 @@ def test_each_knob_changes_the_counts_the_page_computes(ranks):
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_counts_are_the_same(tmp_path):
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
-    for line in expected_lines(2)[:5]:  # what NCCL and CUDA kernels cannot change
-        assert line in result.stdout, line
-    norm = number(r"gradient norm before clipping to 1.0: ([\d.]+)", result.stdout)
-    assert norm == pytest.approx(one_process_norm(), rel=1e-4)
+    check_counts(result, 2, rel=1e-4)  # the norm: the same maths in other kernels
