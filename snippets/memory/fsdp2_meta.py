@@ -120,7 +120,7 @@ def pretrain(device):
     model = Net().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     train_epoch(model, optimizer, make_dataset(), 0, device)
-    # Names as keys (not numbers) for the optimiser state, as set_optimizer_state_dict wants
+    # names as keys of the optimiser state, as set_optimizer_state_dict takes them
     torch.save({"model": get_model_state_dict(model),
                 "optimizer": get_optimizer_state_dict(model, optimizer)},
                CHECKPOINT)

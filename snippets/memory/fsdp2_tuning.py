@@ -79,7 +79,8 @@ def build(device, prefetch=False, checkpointing=False):
 class Collectives(TorchDispatchMode):
     """Counts the all-gathers and reduce-scatters that run while it is active."""
     NAMES = {"_allgather_base_": "all-gather", "allgather_": "all-gather",
-             "_reduce_scatter_base_": "reduce-scatter", "reduce_scatter_": "reduce-scatter"}
+             "_reduce_scatter_base_": "reduce-scatter",
+             "reduce_scatter_": "reduce-scatter"}
 
     def __init__(self):
         super().__init__()
@@ -122,7 +123,7 @@ def one_step(model, x, y, clip=None):
 
 def flops_per_step(x, y, checkpointing=False):
     """Floating-point operations of one step, and of one block in it, counted on an
-    unsharded copy of the model (sharding moves weights, it does not change the maths)."""
+    unsharded copy of the model (sharding moves weights, not the arithmetic)."""
     model = Net().to(x.device)
     if checkpointing:
         for i, block in enumerate(model.blocks):
@@ -130,7 +131,8 @@ def flops_per_step(x, y, checkpointing=False):
     counter = FlopCounterMode(display=False)
     with counter:
         F.mse_loss(model(x), y).backward()
-    return counter.get_total_flops(), sum(counter.get_flop_counts()["Net.blocks.0"].values())
+    per_block = sum(counter.get_flop_counts()["Net.blocks.0"].values())
+    return counter.get_total_flops(), per_block
 
 
 def main():
