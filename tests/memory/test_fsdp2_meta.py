@@ -24,7 +24,8 @@ def pretrained():
 def sharded_run(ranks):
     folder = workdir()
     shutil.copy(pretrained().workdir / "pretrained.pt", folder)
-    return run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=folder)
+    # a broadcast per tensor to load, a gather per tensor to compare: many collectives
+    return run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=folder, timeout=300)
 
 
 def peaks(text):
