@@ -1,0 +1,72 @@
+"""snippets/memory/fsdp2_meta.py, shown on docs/memory/fsdp2_large.md."""
+
+import functools
+import re
+import shutil
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.memory.runs import GPU_ATOL, assert_same_weights, reference, saved, workdir
+
+SNIPPET = "memory/fsdp2_meta.py"
+PARAMETERS = 531_521  # 16 blocks of width 64 and the head
+LARGEST = 256 * 64 * 4  # bytes of the largest weight, sent whole to every rank in turn
+
+
+@functools.cache
+def pretrained():
+    """``python fsdp2_meta.py --pretrain``: the checkpoint every run below starts from."""
+    return run(SNIPPET, "--pretrain", workdir=workdir())
+
+
+def sharded_run(ranks):
+    folder = workdir()
+    shutil.copy(pretrained().workdir / "pretrained.pt", folder)
+    # a broadcast per tensor to load, a gather per tensor to compare: many collectives
+    return run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=folder, timeout=300)
+
+
+def peaks(text):
+    """{rank: share of the whole model held at the peak} from the printed table."""
+    return {int(r): float(share) for r, share in
+            re.findall(r"rank (\d+): [\d.]+ MiB = ([\d.]+) of the whole model", text)}
+
+
+def test_pretrained_checkpoint_is_one_process_training():
+    result = pretrained()
+    check_output(result, variant="pretrain")
+    state = saved(result, "pretrained.pt")
+    assert_same_weights(state["model"], reference(SNIPPET, epochs=1))
+    # Adam's state by parameter name, as set_optimizer_state_dict wants it
+    assert set(state["optimizer"]["state"]) == set(state["model"])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_process(ranks):
+    result = sharded_run(ranks)
+    check_output(result, variant=None if ranks == 2 else "4ranks")
+    shares = peaks(result.stdout)
+    assert sorted(shares) == list(range(ranks))
+    whole = 16 * PARAMETERS
+    for share in shares.values():
+        assert share == pytest.approx(1 / ranks, rel=0.03)  # 1/N within a few per cent
+        # above 1/N: at most one full tensor in transit (the share is printed to 1e-4)
+        assert 1 / ranks < share <= 1 / ranks + LARGEST / whole + 1e-4
+    assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
+    # one epoch in one process, then one more sharded: two epochs in one process
+    assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2))
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_no_rank_holds_the_whole_model(tmp_path):
+    run(SNIPPET, "--pretrain", workdir=tmp_path)  # on the first GPU
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    shares = peaks(result.stdout)
+    # torch.cuda.max_memory_allocated: the allocator rounds each small tensor up to
+    # 512 bytes, which adds more for this model's small shards than on the CPU
+    assert all(0.5 <= share < 0.75 for share in shares.values()), shares
+    assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
+    assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2),
+                        atol=GPU_ATOL)

@@ -1,0 +1,68 @@
+"""snippets/memory/memory_snapshot.py, shown on docs/memory/memory_tools.md."""
+
+import pickle
+import re
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.memory.runs import torchrun
+
+SNIPPET = "memory/memory_snapshot.py"
+WIDTH, DEPTH, BATCH, STEPS = 64, 4, 32, 3
+#: (inputs, outputs) of every nn.Linear in the model
+LINEARS = [(WIDTH, 4 * WIDTH), (4 * WIDTH, WIDTH)] * DEPTH + [(WIDTH, 1)]
+
+
+def tables(text):
+    """{rank: {operator: (calls, KiB)}} from the printed tables."""
+    found = {}
+    for block in re.split(r"^(?=rank \d+:)", text, flags=re.M)[1:]:
+        rank = int(re.match(r"rank (\d+)", block)[1])
+        found[rank] = {m[1]: (int(m[2]), float(m[3])) for m in
+                       re.finditer(r"^  (\S+) +(\d+) calls +([\d.]+)$", block, re.M)}
+    return found
+
+
+def test_on_the_cpu_the_profiler_shows_what_each_operator_allocated():
+    result = torchrun(SNIPPET, 2)
+    check_output(result)
+    found = tables(result.stdout)
+    assert sorted(found) == [0, 1]
+    # the same batch size on every rank: the same activations and full gradients
+    assert found[0]["aten::mm"] == found[1]["aten::mm"]
+    # aten::mm runs in the backward pass of each Linear layer: twice, for the gradient
+    # of its input (batch x inputs) and of its weight (outputs x inputs), 4 bytes each
+    calls, kib = found[0]["aten::mm"]
+    assert calls == 2 * len(LINEARS) * STEPS
+    expected = STEPS * sum(4 * (BATCH * i + o * i) for i, o in LINEARS) / 1024
+    assert kib == pytest.approx(expected, abs=0.1)
+
+
+def gpu_snapshots(tmp_path, env=None):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=env)
+    snapshots = []
+    for rank in range(2):
+        with open(tmp_path / f"snapshot_rank{rank}.pickle", "rb") as f:
+            snapshots.append(pickle.load(f))
+    return result, snapshots
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus_each_rank_writes_a_snapshot_of_its_allocations(tmp_path):
+    result, snapshots = gpu_snapshots(tmp_path / "default")
+    for rank, snapshot in enumerate(snapshots):
+        events = [e for trace in snapshot["device_traces"] for e in trace]
+        allocations = [e for e in events if e["action"] == "alloc"]
+        assert allocations and all(e["frames"] for e in allocations)  # with stacks
+        # the largest: a gathered 256 x 64 weight or its gradient, 64 KiB (and more)
+        assert max(e["size"] for e in allocations) >= 256 * 64 * 4
+        assert snapshot["segments"]
+        line = f"snapshot_rank{rank}.pickle: {len(allocations)} allocations recorded"
+        assert line in result.stdout
+    assert "expandable False" in result.stdout
+    result, snapshots = gpu_snapshots(
+        tmp_path / "expandable", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert all(s["is_expandable"] for snap in snapshots for s in snap["segments"])
+    assert "expandable True" in result.stdout
