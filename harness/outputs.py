@@ -106,6 +106,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"(?m)\d+ of \d+$", "<n> of <n>", "CPUs usable depend on the machine")],
     "ddp/legacy_launch*.out": [
         (r"--local-rank=\d", "--local-rank=<n>", "which process reports first")],
+    "slurm/stage_data.out": [
+        (r"data-\d+-", "data-<job id>-", "the job's id names the nodes' local folders")],
     "slurm/environment.out": [
         (r"torch \d\S*", "torch <version>", "the build of torch (+cpu, +cu128...)")],
     # after the entries above that name a node: which free node a job gets, which node's
