@@ -65,6 +65,7 @@ def assert_the_three_ways(cells: dict[int, str], ranks: int, where: str) -> None
                      cells[6], re.M), cells[6]
 
 
+@pytest.mark.timeout(900)  # the notebook's run and a one-process run, on a busy machine
 def test_torchrun_and_an_imported_worker_work_a_worker_defined_in_the_notebook_fails():
     result, cells = execute()
     assert sorted(cells) == [1, 2, 3, 4, 5, 6], result.stdout
@@ -79,6 +80,7 @@ def test_torchrun_and_an_imported_worker_work_a_worker_defined_in_the_notebook_f
 
 
 @pytest.mark.multigpu(2)
+@pytest.mark.timeout(900)
 def test_on_gpus_each_way_uses_every_gpu():
     import torch
 
