@@ -96,6 +96,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
     "slurm/gpu_tests.out": [
         (r"(?m)^SKIPPED .*\n", "", "the list of GPU tests grows with the guide"),
         (r"(?m)^[s.]+ *\[ *\d+%\]\n", "", "one character per test"),
+        (r"\d+ skipped", "<n> skipped", "the number of GPU tests (the test checks it against "
+                                         "the reasons listed)"),
         (r"\d+ deselected", "<n> deselected", "the number of tests that need no GPU")],
     "troubleshooting/*.out": [
         (f"(?:{GLOO_ERROR}).*", "<gloo error>", "which side of a broken collective notices first"),
@@ -118,6 +120,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
 
 #: Output files whose only figures are listed in VARYING, and why that is right.
 WITHOUT_FIGURES = {
+    "slurm/gpu_tests.out": "its figures count the GPU tests, which grow with the guide; "
+                           "its test checks the count against the reasons listed",
     "ddp/legacy_launch.launch.out": "an error message; its one figure is the rank that "
                                     "reported first",
 }
