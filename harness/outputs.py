@@ -100,6 +100,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
     "slurm/gpu_tests.out": [
         (r"(?m)^SKIPPED .*\n", "", "the list of GPU tests grows with the guide"),
         (r"(?m)^[s.]+ *\[ *\d+%\]\n", "", "one character per test"),
+        (r"\d+ skipped", "<n> skipped", "the number of GPU tests (the test checks it against "
+                                         "the reasons listed)"),
         (r"\d+ deselected", "<n> deselected", "the number of tests that need no GPU")],
     "troubleshooting/*.out": [
         (f"(?:{GLOO_ERROR}).*", "<gloo error>", "which side of a broken collective notices first"),
@@ -121,6 +123,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"(?m)\d+ of \d+$", "<n> of <n>", "CPUs usable depend on the machine")],
     "ddp/legacy_launch*.out": [
         (r"--local-rank=\d", "--local-rank=<n>", "which process reports first")],
+    "slurm/stage_data.out": [
+        (r"data-\d+-", "data-<job id>-", "the job's id names the nodes' local folders")],
     "slurm/environment.out": [
         (r"torch \d\S*", "torch <version>", "the build of torch (+cpu, +cu128...)")],
     # after the entries above that name a node: which free node a job gets, which node's
@@ -131,6 +135,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
 
 #: Output files whose only figures are listed in VARYING, and why that is right.
 WITHOUT_FIGURES = {
+    "slurm/gpu_tests.out": "its figures count the GPU tests, which grow with the guide; "
+                           "its test checks the count against the reasons listed",
     "ddp/legacy_launch.launch.out": "an error message; its one figure is the rank that "
                                     "reported first",
 }

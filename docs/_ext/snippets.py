@@ -7,13 +7,17 @@ folder), captions it with its name and adds a download link under it.
 output, offered for download); Sphinx's own records of included and
 downloadable files are the evidence, so a file nobody uses is a build warning,
 and with ``-W`` an error.
+
+A notebook (``.ipynb``) is shown as its code cells, one block each, captioned with
+the notebook's name and the cell's number, followed by its download link.
 """
 
+import json
 from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
-from sphinx.directives.code import LiteralInclude
+from sphinx.directives.code import LiteralInclude, container_wrapper
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -39,18 +43,39 @@ class Snippet(LiteralInclude):
     def run(self):
         env = self.state.document.settings.env
         path = self.arguments[0]
+        if Path(path).suffix == ".ipynb":
+            return self.notebook(env, path)
         self.arguments[0] = _target(env, path)
         self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
         self.options.setdefault("caption", Path(path).name)
         result = super().run()
         if self.download:
-            name = Path(path).name
-            ref = addnodes.download_reference(
-                "", "", nodes.literal(name, f"Download {name}"),
-                refdoc=env.docname, reftarget=self.arguments[0], refexplicit=True,
-                reftype="download", refdomain="")
-            result.append(nodes.paragraph("", "", ref, classes=["snippet-download"]))
+            result.append(self.download_link(env, path))
         return result
+
+    def notebook(self, env, path):
+        """The notebook's code cells as IPython blocks, and its download link."""
+        file = snippets_dir(env) / path
+        env.note_dependency(str(file))
+        result, number = [], 0
+        for cell in json.loads(file.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            number += 1
+            code = "".join(cell["source"])
+            block = nodes.literal_block(code, code, language="ipython3")
+            self.set_source_info(block)
+            result.append(container_wrapper(self, block, f"{Path(path).name}, cell {number}"))
+        result.append(self.download_link(env, path))
+        return result
+
+    def download_link(self, env, path):
+        name = Path(path).name
+        ref = addnodes.download_reference(
+            "", "", nodes.literal(name, f"Download {name}"),
+            refdoc=env.docname, reftarget=_target(env, path), refexplicit=True,
+            reftype="download", refdomain="")
+        return nodes.paragraph("", "", ref, classes=["snippet-download"])
 
 
 class SnippetOutput(Snippet):

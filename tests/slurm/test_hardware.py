@@ -1,0 +1,87 @@
+"""snippets/slurm/hardware.sbatch, shown on docs/slurm/hardware.md: a GPU type, a node
+feature, the whole node and host memory per GPU.
+
+The local cluster's nodes have 4 GPUs of type a100 and the features a100 and ib
+(tools/local-slurm/start), so the script is submitted as it is. ``--qos`` is not in it:
+without a Slurm accounting database, as on the local cluster, Slurm accepts any QOS name
+and applies none, so a test could not tell whether it worked.
+"""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from harness.outputs import check_output
+from tests.slurm.jobs import job_end, submit
+from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+
+SCRIPT = "slurm/hardware.sbatch"
+
+
+def recorded(stdout: str) -> dict[str, str]:
+    """The KEY=value lines the job printed from scontrol (job and node)."""
+    return dict(re.findall(r"^(\w+)=(\S+)$", stdout, re.M))
+
+
+def seen(stdout: str) -> tuple[str, int, str, int, str]:
+    """(node, GPUs, CUDA_VISIBLE_DEVICES, CPUs, SLURM_MEM_PER_GPU) from the job's last line."""
+    line = re.search(r"^(\w+): (\d+) GPUs, CUDA_VISIBLE_DEVICES=(\S*), (\d+) CPUs, "
+                     r"SLURM_MEM_PER_GPU=(\d*)$", stdout, re.M)
+    assert line, stdout
+    return line[1], int(line[2]), line[3], int(line[4]), line[5]
+
+
+@pytest.mark.slurm
+def test_the_job_gets_four_a100s_on_a_whole_ib_node_with_60_gb_per_gpu():
+    job = submit(SCRIPT, files=())
+    check_output(job)
+    assert job_end(job)["state"] == "COMPLETED"
+    got = recorded(job.stdout)
+    assert got["TresPerNode"] == "gres:gpu:a100:4"  # the type was recorded with the count
+    assert got["Features"] == "ib"
+    assert got["MemPerTres"] == f"gres:gpu:{60 * 1024}"  # MB per GPU
+    assert got["NumCPUs"] == "32"  # --exclusive: every core of the node, not 4
+    assert "ib" in got["ActiveFeatures"].split(",") and got["Gres"] == "gpu:a100:4"
+    node, gpus, visible, cpus, mem = seen(job.stdout)
+    assert node in ("node1", "node2")
+    assert (gpus, visible, cpus, mem) == (4, "0,1,2,3", 32, str(60 * 1024))
+
+
+@pytest.mark.slurm
+def test_a_gpu_type_or_feature_the_cluster_lacks_is_rejected_at_submission():
+    for option, error in (("--gpus-per-node=h100:4", "Requested node configuration is not "
+                                                      "available"),
+                          ("--constraint=h100", "Invalid feature specification")):
+        job = submit(SCRIPT, files=(), sbatch_args=[option], check=False, timeout=60)
+        assert job.returncode != 0, option
+        assert f"sbatch: error: Batch job submission failed: {error}" in job.text, job.text
+        assert "submitted batch job" not in job.text  # never queued
+
+
+def node_offers() -> tuple[str, str]:
+    """(GPU type, a feature) of the node the GPU tests run on, for a job that asks for them."""
+    node = subprocess.run(["scontrol", "show", "node", os.environ["SLURMD_NODENAME"]],
+                          capture_output=True, text=True, timeout=30).stdout
+    gpu_type = re.search(r"Gres=gpu:(\w+):", node)
+    features = re.search(r"ActiveFeatures=(\S+)", node)
+    return (gpu_type[1] if gpu_type else ""), (
+        features[1].split(",")[0] if features and features[1] != "(null)" else "")
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster(monkeypatch):
+    """The script with this cluster's GPU type and one of its node's features (when the
+    node has them), on one node, with as many GPUs as the tests' job has."""
+    cluster = real_cluster()
+    cluster.use(monkeypatch)
+    gpu_type, feature = node_offers()
+    gpus = f"{gpu_type}:{cluster.gpus_per_node}" if gpu_type else str(cluster.gpus_per_node)
+    job = submit_real(cluster, SCRIPT, files=(), sbatch_args=[
+        "--nodes=1", f"--gpus-per-node={gpus}", f"--ntasks-per-node={cluster.gpus_per_node}",
+        f"--mem-per-gpu={8}G", *([f"--constraint={feature}"] if feature else [])])
+    assert job_end(job)["state"] == "COMPLETED"
+    _, seen_gpus, visible, _, mem = seen(job.stdout)
+    assert seen_gpus == cluster.gpus_per_node and len(visible.split(",")) == seen_gpus
+    assert mem == str(8 * 1024)

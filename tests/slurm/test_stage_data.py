@@ -1,0 +1,69 @@
+"""snippets/slurm/stage_data.sbatch, shown on docs/slurm/data.md: copy a sharded data set
+to every node's local disk, once per node, and train from the copies on two nodes.
+
+Submitted as it is, with 2 tasks and 2 GPUs per node (world size 4 on the two simulated
+nodes), from a folder holding train_shards.py and the data set it writes
+(project/shards). The two simulated nodes share this machine's /tmp: the node's name in
+the local folder gives each its own, as the script says.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.launch import run
+from harness.outputs import check_output
+from tests.slurm.jobs import TWO_PER_NODE, job_end, job_nodes, submit
+from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.test_train_shards import assert_trained, make_shards, reads
+
+SCRIPT = "slurm/stage_data.sbatch"
+
+
+def copies(stdout: str) -> list[tuple[str, int, str]]:
+    """(node, shards, folder) for every copy the staging step made."""
+    return [(node, int(n), folder) for node, n, folder in re.findall(
+        r"^(\S+): copied (\d+) shards to (\S+)$", stdout, re.M)]
+
+
+def assert_staged_once_per_node_and_read_there(job, nodes: list[str], world_size: int):
+    made = copies(job.stdout)
+    assert sorted(node for node, _, _ in made) == sorted(nodes)  # one copy per node
+    assert all(n == 4 for _, n, _ in made)
+    local = {node: folder for node, _, folder in made}
+    assert len(set(local.values())) == len(nodes)  # each node its own folder
+    job_id = re.search(r"submitted batch job (\d+)", job.text)[1]
+    for node, folder in local.items():
+        assert re.fullmatch(rf"/\S+/data-{job_id}-{node}", folder), folder
+        assert not Path(folder).exists()  # removed at the end of the job
+    for rank, node, _, _, folder in reads(job.stdout):
+        assert folder == local[node], (rank, node, folder)  # its own node's copy
+    assert_trained(job.stdout, world_size)
+    assert (job.workdir / "checkpoint.pt").is_file()  # on the shared file system
+
+
+@pytest.mark.slurm
+def test_each_node_copies_the_shards_once_and_every_rank_reads_its_nodes_copy(tmp_path):
+    make_shards(tmp_path)
+    job = submit(SCRIPT, files=("slurm/train_shards.py",), workdir=tmp_path, world_size=4,
+                 sbatch_args=TWO_PER_NODE)
+    check_output(job)
+    assert job_end(job)["state"] == "COMPLETED"
+    assert job_nodes(job) == ["node1", "node2"]
+    assert_staged_once_per_node_and_read_there(job, ["node1", "node2"], 4)
+    assert [r[1] for r in reads(job.stdout)] == ["node1", "node1", "node2", "node2"]
+
+
+@on_the_gpu_cluster()
+def test_on_a_gpu_cluster(monkeypatch):
+    cluster = real_cluster()
+    cluster.use(monkeypatch)
+    workdir = job_folder("stage_data")
+    make_shards(workdir)
+    per_node = 2  # world size 2 or 4: the 4 shards share out evenly
+    job = submit_real(cluster, SCRIPT, files=("slurm/train_shards.py",), workdir=workdir,
+                      world_size=cluster.nodes * per_node,
+                      sbatch_args=cluster.shape(gpus_per_node=per_node))
+    assert job_end(job)["state"] == "COMPLETED"
+    assert_staged_once_per_node_and_read_there(job, job_nodes(job), cluster.nodes * per_node)

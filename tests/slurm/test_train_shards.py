@@ -1,0 +1,65 @@
+"""snippets/slurm/train_shards.py, which the data-staging job of docs/slurm/data.md runs.
+
+Here it is started by torchrun on one machine, from a folder of shards it wrote itself:
+each rank reads its own whole shard files, every sample once, and training converges.
+The staging job (tests/slurm/test_stage_data.py) runs it on two nodes of the local
+cluster.
+"""
+
+import re
+
+import pytest
+import torch
+
+from harness.launch import run
+
+SNIPPET = "slurm/train_shards.py"
+
+
+def reads(stdout: str) -> list[tuple[int, str, int, list[str], str]]:
+    """(rank, node, samples, shard names, folder) of every rank, as rank 0 printed them."""
+    return [(int(rank), node, int(samples), names.split(", "), folder)
+            for rank, node, samples, names, folder in re.findall(
+                r"^rank (\d+) on (\S+): (\d+) samples from (.*) in (\S+)$", stdout, re.M)]
+
+
+def epoch_losses(stdout: str) -> list[tuple[float, int]]:
+    return [(float(loss), int(n)) for loss, n in re.findall(
+        r"^epoch \d+: loss (\S+) over (\d+) samples$", stdout, re.M)]
+
+
+def make_shards(workdir, folder="project/shards"):
+    """The example data set, written by the snippet as the page says."""
+    made = run(SNIPPET, "--make-shards", folder, workdir=workdir)
+    assert made.stdout.startswith("wrote 4 shards of 256 samples")
+    return sorted(p.name for p in (workdir / folder).iterdir())
+
+
+def assert_trained(stdout: str, world_size: int) -> None:
+    """Every sample read once, by one rank; the loss fell; over all 1024 samples."""
+    ranks = reads(stdout)
+    assert [r[0] for r in ranks] == list(range(world_size))
+    shards = [name for r in ranks for name in r[3]]
+    assert sorted(shards) == [f"shard-{i:05d}.pt" for i in range(4)]  # each once
+    assert all(r[2] == 1024 // world_size for r in ranks)
+    losses = epoch_losses(stdout)
+    assert len(losses) == 3 and all(n == 1024 for _, n in losses)
+    assert losses[-1][0] < losses[0][0]
+
+
+def test_each_rank_reads_its_own_shards(tmp_path):
+    assert make_shards(tmp_path) == [f"shard-{i:05d}.pt" for i in range(4)]
+    result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
+                 workdir=tmp_path)
+    assert_trained(result.stdout, 2)
+    assert [r[3] for r in reads(result.stdout)] == [
+        ["shard-00000.pt", "shard-00002.pt"], ["shard-00001.pt", "shard-00003.pt"]]
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+
+
+@pytest.mark.multigpu(2)
+def test_on_two_gpus(tmp_path):
+    make_shards(tmp_path)
+    result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
+                 workdir=tmp_path)
+    assert_trained(result.stdout, 2)
