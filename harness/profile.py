@@ -349,5 +349,8 @@ def render_file(path: str | Path, profile: Profile | None = None) -> str:
 
 
 def needs_rendering(path: str | Path) -> bool:
-    """Job scripts follow the profile: every ``.sbatch`` file of snippets/."""
-    return Path(path).suffix == ".sbatch"
+    """Job scripts follow the profile: every ``.sbatch`` file of snippets/ (a path
+    relative to snippets/, or an absolute one inside it)."""
+    path = Path(path)
+    inside = not path.is_absolute() or path.resolve().is_relative_to(ROOT / "snippets")
+    return path.suffix == ".sbatch" and inside
