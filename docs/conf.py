@@ -43,6 +43,8 @@ myst_substitutions = {
     "partition": _centre.partition.name,
     "gpus_per_node": _centre.gpus_per_node,
     "gpus_two_nodes": 2 * _centre.gpus_per_node,
+    "last_rank_two_nodes": 2 * _centre.gpus_per_node - 1,
+    "last_local_rank": _centre.gpus_per_node - 1,
     "gpu_request": (f"{_centre.partition.gpu_type}:{_centre.gpus_per_node}"
                     if _centre.partition.gpu_type else str(_centre.gpus_per_node)),
     "cpus_per_gpu": _centre.partition.cpus_per_gpu,

@@ -354,3 +354,21 @@ def needs_rendering(path: str | Path) -> bool:
     path = Path(path)
     inside = not path.is_absolute() or path.resolve().is_relative_to(ROOT / "snippets")
     return path.suffix == ".sbatch" and inside
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.profile [PROFILE]``: check a profile; one line either way."""
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        p = load(argv[0] if argv else None)
+    except ProfileError as error:
+        print(error, file=sys.stderr)
+        return 1
+    parts = ", ".join(f"{q.name} ({q.gpus_per_node} GPUs per node)" for q in p.partitions)
+    print(f"{p.path}: {p.name}, partitions {parts}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

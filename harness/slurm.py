@@ -227,6 +227,9 @@ def module_env(profile: centre.Profile, folder: Path) -> dict[str, str]:
     {} for a profile without modules."""
     if not profile.modules:
         return {}
+    if not LMOD_INIT.is_file():
+        raise RuntimeError(f"{profile.path.name} loads modules, and the tests run its module "
+                           f"lines with Lmod: install Debian's lmod ({LMOD_INIT} is missing)")
     return {"MODULEPATH": str(module_tree(profile, folder)), "BASH_ENV": str(LMOD_INIT)}
 
 

@@ -1,6 +1,6 @@
 """snippets/slurm/preemptible.sbatch, shown on docs/slurm/preemption.md.
 
-Two copies of the job run side by side, with 2 tasks and 2 GPUs each. One is left alone,
+Two copies of the job run side by side, as the page shows it: one task per GPU of a node. One is left alone,
 in the folder where one_node.sbatch ran before: the checkpoint.pt there holds another
 model, which this job must neither resume from nor overwrite. The other gets, while it
 trains, the signal that --signal=B:USR1@300 sends 5 minutes before the time limit (sent
@@ -20,7 +20,7 @@ import pytest
 
 from harness.outputs import check_output
 from harness.slurm import job_info, jobs_in
-from tests.slurm.jobs import (TWO_PER_NODE, assert_same_training, checkpoint, job_end,
+from tests.slurm.jobs import (GPUS, assert_same_training, checkpoint, job_end,
                               losses, placement, submit)
 from tests.slurm.real_cluster import (GPU_ATOL, TIMEOUT, job_folder, on_the_gpu_cluster,
                                       real_cluster, real_one_node, submit_real)
@@ -82,10 +82,10 @@ def assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, 
 def test_a_signalled_job_saves_requeues_resumes_and_ends_as_if_never_stopped(tmp_path,
                                                                             one_node_job):
     job, reference, result = signal_one_of_two(
-        functools.partial(submit, world_size=2, sbatch_args=TWO_PER_NODE),
+        functools.partial(submit, world_size=GPUS),
         one_node_job.workdir, tmp_path / "stopped", timeout=600)
     check_output(result)
-    assert_resumed_as_if_never_stopped(job, result, reference, one_node_job, 2)
+    assert_resumed_as_if_never_stopped(job, result, reference, one_node_job, GPUS)
 
 
 @on_the_gpu_cluster(jobs=3)
