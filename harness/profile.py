@@ -107,27 +107,27 @@ class Profile:
 CLUSTER_KEYS = {
     "name": (str, True, None, "the cluster's name, as its users call it"),
     "login_host": (str, True, None, "the host name users log in to (an example is fine)"),
-    "account": (str, False, "myproject", "the example project name shown in --account="),
+    "account": (str, False, "myproject", "the example project name shown in `--account=`"),
     "account_required": (bool, False, False,
-                         "true: every job must name its project with --account="),
-    "exclusive": (bool, False, False, "true: GPU jobs take whole nodes (--exclusive)"),
+                         "true: every job must name its project with `--account=`"),
+    "exclusive": (bool, False, False, "true: GPU jobs take whole nodes (`--exclusive`)"),
     "ask_memory": (bool, False, False,
-                   "true: every GPU job asks for its memory with --mem="),
+                   "true: every GPU job asks for its memory with `--mem=`"),
     "scratch": (str, False, "/scratch/$USER", "where jobs should write large temporary data"),
     "project": (str, False, "", "where a project's shared data lives"),
     "accounts_url": (str, False, "", "the centre's page on getting a project and an account"),
     "support_url": (str, False, "", "the centre's support page or address"),
     "docs_url": (str, False, "", "the centre's own documentation"),
-    "gpu_vendor": (str, False, "nvidia", '"nvidia" (CUDA, NCCL) or "amd" (ROCm, RCCL)'),
+    "gpu_vendor": (str, False, "nvidia", '`"nvidia"` (CUDA, NCCL) or `"amd"` (ROCm, RCCL)'),
 }
 PARTITION_KEYS = {
-    "name": (str, True, None, "the partition's name (--partition=)"),
+    "name": (str, True, None, "the partition's name (`--partition=`)"),
     "gpus_per_node": (int, True, None, "GPUs (or GPU dies) per node"),
     "cpus_per_gpu": (int, True, None, "CPU cores a job may take per GPU"),
-    "mem_per_gpu": (str, True, None, 'memory a job may take per GPU, e.g. "64G" or "60000" (MB)'),
-    "gpu_type": (str, False, "", "the GRES type of its GPUs, e.g. \"a100\" "
-                 "(jobs then ask --gpus-per-node=a100:4); empty: no type"),
-    "default": (bool, False, False, "true: jobs land here without --partition"),
+    "mem_per_gpu": (str, True, None, 'memory a job may take per GPU, e.g. `"64G"` or `"60000"` (MB)'),
+    "gpu_type": (str, False, "", "the GRES type of its GPUs, e.g. `\"a100\"` "
+                 "(jobs then ask `--gpus-per-node=a100:4`); empty: no type"),
+    "default": (bool, False, False, "true: jobs land here without `--partition`"),
     "description": (str, False, "", "one line for readers: what the partition is for"),
 }
 ENVIRONMENT_KEYS = {
@@ -136,9 +136,10 @@ ENVIRONMENT_KEYS = {
     "modules": (list, False, [], "the modules the setup lines load (the tests generate "
                 "them as an Lmod tree)"),
     "nccl_socket_ifname": (str, False, "", "network interface NCCL/RCCL must use "
-                           "(exported as NCCL_SOCKET_IFNAME); empty: leave NCCL to choose"),
-    "cpu_bind": (str, False, "", "CPU binding for srun's tasks (exported as SLURM_CPU_BIND), "
-                 "e.g. \"map_cpu:...\" or \"mask_cpu:...\"; empty: the cluster's default"),
+                           "(exported as `NCCL_SOCKET_IFNAME`); empty: leave NCCL to choose"),
+    "cpu_bind": (str, False, "", "CPU binding for `srun`'s tasks (exported as "
+                 "`SLURM_CPU_BIND`), e.g. `\"map_cpu:...\"` or `\"mask_cpu:...\"`; empty: the "
+                 "cluster's default"),
     "notes": (list, False, [], "sentences shown on the Your cluster page"),
 }
 TOP_KEYS = {"cluster": dict, "partitions": list, "environment": dict}

@@ -58,6 +58,11 @@ class CentreSummary(Directive):
         rules += list(p.notes)
         if rules:
             lines += [""] + [f"- {rule}" for rule in rules]
+        if not p.is_default:
+            lines += ["", "The job scripts on these pages are written for this cluster. The "
+                      "outputs they show come from runs on the guide's own example cluster, "
+                      f"with {centre.load(centre.DEFAULT).gpus_per_node} GPUs per node: "
+                      "where the numbers of processes differ, yours will too."]
         lines += ["", "## Software", ""]
         if p.setup:
             lines += ["Job scripts set up their software with these lines:", "",
@@ -91,6 +96,7 @@ class CentreSummary(Directive):
 
 class CentreKeys(Directive):
     def run(self):
+        self.state.document.settings.env.note_dependency(centre.__file__)
         lines = []
         for table, keys in (("[cluster]", centre.CLUSTER_KEYS),
                             ("[[partitions]]", centre.PARTITION_KEYS),
