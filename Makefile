@@ -12,11 +12,17 @@ PYTEST_ARGS ?=
 # that share runs); JOBS=0 runs them one by one.
 JOBS ?= 3
 PARALLEL = -n $(JOBS) --dist loadscope
+# The centre profile the site is built and tested for (profiles/*.toml; empty: the
+# default, profiles/default.toml). Sphinx and pytest read it from the environment.
+CENTRE ?=
+export CENTRE
+CHECK_CENTRE = $(BIN)/python -m harness.profile $(CENTRE)
 
 .PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
 
 help:
 	@echo "make html       build the site into $(BUILD)/html"
+	@echo "                (CENTRE=profiles/x.toml: for that centre's cluster, also for make test)"
 	@echo "make test       run every test this machine can run"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation)"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
@@ -34,6 +40,7 @@ $(STAMP): requirements.txt
 	touch $@
 
 html: $(STAMP)
+	@$(CHECK_CENTRE)
 	$(SPHINX) $(SPHINXOPTS) -b html $(DOCS) $(BUILD)/html
 	@echo "The site is in $(BUILD)/html/index.html"
 
@@ -48,6 +55,7 @@ linkcheck: $(STAMP)
 	$(SPHINX) $(SPHINXOPTS) -b linkcheck $(DOCS) $(BUILD)/linkcheck
 
 test: $(STAMP)
+	@$(CHECK_CENTRE)
 	$(BIN)/pytest -m "not extras" $(PARALLEL) $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)

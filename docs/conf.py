@@ -1,9 +1,11 @@
 """Sphinx configuration for the guide."""
 
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "_ext"))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # harness/profile.py: centre profiles
 sys.path.insert(0, str(Path(__file__).parent / "_diagrams"))  # diagrams drawn at build time
 
 project = "Distributed PyTorch on HPC clusters"
@@ -20,8 +22,36 @@ extensions = [
     "sphinx.ext.extlinks",
     "lesson",
     "snippets",
+    "centre",
     "diagrams",
 ]
+
+# The centre profile the site is built for (make html CENTRE=profiles/h100.toml): job
+# scripts and the cluster facts pages name follow it (harness/profile.py).
+from harness import profile as _profile  # noqa: E402
+
+centre = os.environ.get(_profile.ENV_VAR, "")
+try:
+    _centre = _profile.load(centre or None)
+except _profile.ProfileError as _error:
+    sys.stderr.write(f"{_error}\n")
+    raise SystemExit(1) from None
+centre = str(_centre.path.resolve()) if centre else ""
+myst_substitutions = {
+    "cluster_name": _centre.name,
+    "login_host": _centre.login_host,
+    "partition": _centre.partition.name,
+    "gpus_per_node": _centre.gpus_per_node,
+    "gpus_two_nodes": 2 * _centre.gpus_per_node,
+    "last_rank_two_nodes": 2 * _centre.gpus_per_node - 1,
+    "last_local_rank": _centre.gpus_per_node - 1,
+    "gpu_request": (f"{_centre.partition.gpu_type}:{_centre.gpus_per_node}"
+                    if _centre.partition.gpu_type else str(_centre.gpus_per_node)),
+    "cpus_per_gpu": _centre.partition.cpus_per_gpu,
+    "account": _centre.account,
+    "scratch": _centre.scratch,
+    "module_line": "; ".join(_centre.setup) or "source .venv/bin/activate",
+}
 
 try:  # the spell checker needs the enchant C library (Debian: libenchant-2-2)
     import enchant  # noqa: F401
@@ -40,7 +70,7 @@ else:
 
 nitpicky = True
 exclude_patterns = ["_build", "README.md"]
-myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline"]
+myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline", "substitution"]
 myst_heading_anchors = 3
 
 # API links work offline: they are plain links with a fixed pattern.

@@ -10,9 +10,16 @@ and with ``-W`` an error.
 
 A notebook (``.ipynb``) is shown as its code cells, one block each, captioned with
 the notebook's name and the cell's number, followed by its download link.
+
+Job scripts (``.sbatch``) follow the centre profile (``harness/profile.py``, the
+``centre`` setting of conf.py): the page shows, and offers for download, the script
+the profile renders, which is the one the tests submit. The rendered copies live in
+the build's doctree folder, under ``rendered/``.
 """
 
 import json
+import os
+import sys
 from pathlib import Path
 
 from docutils import nodes
@@ -35,6 +42,31 @@ def _target(env, path: str) -> str:
     return "/" + str(Path(env.config.snippets_dir) / path)
 
 
+def rendered_dir(env) -> Path:
+    return Path(env.doctreedir) / "rendered"
+
+
+def _profile_module():
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from harness import profile
+    return profile
+
+
+def _rendered_target(env, path: str) -> str:
+    """Render job script ``path`` for the build's profile; its target for Sphinx."""
+    profile = _profile_module()
+    original = snippets_dir(env) / path
+    copy = rendered_dir(env) / path
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    text = profile.render_file(original, profile.load(env.config.centre or None))
+    if not copy.exists() or copy.read_text() != text:
+        copy.write_text(text)
+    env.note_dependency(str(original))
+    return "/" + os.path.relpath(copy, env.srcdir)
+
+
 class Snippet(LiteralInclude):
     """Include a snippet with its file name as caption and a download link."""
 
@@ -45,7 +77,10 @@ class Snippet(LiteralInclude):
         path = self.arguments[0]
         if Path(path).suffix == ".ipynb":
             return self.notebook(env, path)
-        self.arguments[0] = _target(env, path)
+        if _profile_module().needs_rendering(path):
+            self.arguments[0] = _rendered_target(env, path)
+        else:
+            self.arguments[0] = _target(env, path)
         self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
         self.options.setdefault("caption", Path(path).name)
         result = super().run()
@@ -92,7 +127,13 @@ def check_coverage(app, env):
     root = snippets_dir(env)
     src = Path(env.srcdir)
     included = {(src / dep).resolve() for deps in env.dependencies.values() for dep in deps}
-    downloadable = {(src / name).resolve() for name in env.dlfiles}
+    rendered = rendered_dir(env).resolve()
+    downloadable = set()
+    for name in env.dlfiles:
+        path = (src / name).resolve()
+        if path.is_relative_to(rendered):  # a job script, as the profile renders it
+            path = root / path.relative_to(rendered)
+        downloadable.add(path)
     for path in sorted(root.rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts or path.name.startswith("."):
             continue
@@ -106,6 +147,7 @@ def check_coverage(app, env):
 
 def setup(app):
     app.add_config_value("snippets_dir", "../snippets", "env")
+    app.add_config_value("centre", "", "env")  # the centre profile's path; "": the default
     app.add_directive("snippet", Snippet)
     app.add_directive("snippet-output", SnippetOutput)
     app.connect("env-check-consistency", check_coverage)

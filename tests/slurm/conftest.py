@@ -1,18 +1,24 @@
-"""The job every training job of docs/slurm is compared with: one node, 4 processes."""
+"""The jobs the training jobs of docs/slurm are compared with: one node (one process per
+GPU of a node of the centre profile) and two nodes. Each runs once in the test session."""
 
 import pytest
 
 from harness.launch import shared
-from tests.slurm.jobs import submit
+from tests.slurm.jobs import GPUS, submit
 
 
 @shared
-def _one_node_job():
-    return submit("slurm/one_node.sbatch", world_size=4)
+def _submit(script: str, world_size: int):
+    return submit(script, world_size=world_size)
 
 
 @pytest.fixture(scope="session")
 def one_node_job(slurm_cluster):
-    """snippets/slurm/one_node.sbatch, run once in the session: srun, one task per GPU,
-    world size 4."""
-    return _one_node_job()
+    """snippets/slurm/one_node.sbatch: srun, one task per GPU of one node."""
+    return _submit("slurm/one_node.sbatch", GPUS)
+
+
+@pytest.fixture(scope="session")
+def two_node_job(slurm_cluster):
+    """snippets/slurm/multi_node.sbatch: srun, one task per GPU of two nodes."""
+    return _submit("slurm/multi_node.sbatch", 2 * GPUS)

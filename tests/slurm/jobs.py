@@ -1,9 +1,10 @@
 """Helpers for the tests of docs/slurm: submit a job script, read what the job did.
 
 Every job script runs on the local cluster of tools/local-slurm (two simulated nodes,
-node1 and node2, with 4 declared GPUs each) through the ``sbatch`` launcher of
-harness/slurm.py. Options given on sbatch's command line are the ones a reader
-would edit too; the tests use them only to fit 2-node runs on a 2-core machine.
+node1 and node2, shaped like the centre profile: GPUS declared GPUs each) through the
+``sbatch`` launcher of harness/slurm.py, as the page shows it for that profile and with
+no option on sbatch's command line. Figures that depend on the cluster (world sizes,
+cores per task) come from the profile, never from a literal 4.
 """
 
 from __future__ import annotations
@@ -13,10 +14,16 @@ import subprocess
 
 import torch
 
+from harness import profile as centre
 from harness.launch import Result, run
 
-#: Two processes per node instead of four: world size 4 on the two simulated nodes.
-TWO_PER_NODE = ("--ntasks-per-node=2", "--gpus-per-node=2")
+#: The centre profile the tests run with (CENTRE, or profiles/default.toml).
+PROFILE = centre.load()
+#: GPUs per node of the partition the job scripts use, and CPU cores per GPU there.
+GPUS = PROFILE.gpus_per_node
+CPUS_PER_GPU = PROFILE.partition.cpus_per_gpu
+#: What Lmod prints when a module line fails (the job goes on without the module).
+LMOD_ERROR = "Lmod has detected the following error"
 #: Makes the job's sruns say, on the job's standard error, how many CPUs each step asks for.
 SRUN_DEBUG = {"SLURM_DEBUG": "2"}
 
@@ -29,8 +36,10 @@ def submit(script: str, *args: str, files: tuple[str, ...] = ("slurm/train.py",)
     time limit allows for a machine busy with other work: a job waits in the queue, and
     every process imports torch.
     """
-    return run(script, *args, launcher="sbatch", files=files, world_size=world_size,
-               timeout=timeout, **options)
+    result = run(script, *args, launcher="sbatch", files=files, world_size=world_size,
+                 timeout=timeout, **options)
+    assert LMOD_ERROR not in result.text, result.report()  # the profile's module lines ran
+    return result
 
 
 def job_end(result: Result) -> dict[str, str]:

@@ -9,7 +9,7 @@ cluster, one task per GPU of the job the tests run in, on as many nodes (1 or 2)
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import SRUN_DEBUG, srun_steps, submit, whereami
+from tests.slurm.jobs import CPUS_PER_GPU, GPUS, SRUN_DEBUG, srun_steps, submit, whereami
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 
@@ -30,8 +30,8 @@ def assert_one_task_per_gpu(result, nodes: int, gpus: int, cpus: int) -> list[st
 def test_srun_starts_one_process_per_gpu_numbered_node_by_node():
     result = submit("slurm/anatomy.sbatch", files=("slurm/whereami.py",), env=SRUN_DEBUG)
     check_output(result)
-    assert assert_one_task_per_gpu(result, 2, 4, 8) == ["node1", "node2"]
-    assert whereami(result.stdout)[0][5] == "0,1,2,3"
+    assert assert_one_task_per_gpu(result, 2, GPUS, CPUS_PER_GPU) == ["node1", "node2"]
+    assert whereami(result.stdout)[0][5] == ",".join(map(str, range(GPUS)))
 
 
 @on_the_gpu_cluster()

@@ -9,7 +9,7 @@ GPU cluster, one torchrun per node of the job the tests run in (1 or 2), with it
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import SRUN_DEBUG, srun_steps, submit, whereami
+from tests.slurm.jobs import CPUS_PER_GPU, GPUS, SRUN_DEBUG, srun_steps, submit, whereami
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 
@@ -34,8 +34,8 @@ def test_each_torchrun_starts_one_process_per_gpu_of_its_node():
     result = submit("slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",),
                     env=SRUN_DEBUG)
     check_output(result)
-    assert assert_one_torchrun_per_node(result, 2, 4, 32) == {"node1", "node2"}
-    assert whereami(result.stdout)[0][5] == "0,1,2,3"
+    assert assert_one_torchrun_per_node(result, 2, GPUS, GPUS * CPUS_PER_GPU) == {"node1", "node2"}
+    assert whereami(result.stdout)[0][5] == ",".join(map(str, range(GPUS)))
 
 
 @on_the_gpu_cluster()

@@ -1,15 +1,16 @@
 """snippets/slurm/multi_node.sbatch, shown on docs/slurm/multi_node.md: srun, one task per
 GPU on two nodes.
 
-Submitted with 2 tasks and 2 GPUs per node (sbatch's options override the script's),
-world size 4 on the two simulated nodes. On a GPU cluster, the same world size as the
+Submitted as the page shows it: one task per GPU of the profile's nodes on the two
+simulated nodes (tests/slurm/conftest.py runs it once; multi_node_torchrun.sbatch must
+train exactly like it). On a GPU cluster, the same world size as the
 one-node job there, spread over 2 nodes when the job the tests run in has 2.
 """
 
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import TWO_PER_NODE, assert_same_training, backend, placement, submit
+from tests.slurm.jobs import GPUS, assert_same_training, backend, placement
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster, real_one_node,
                                       submit_real)
 
@@ -25,11 +26,11 @@ def assert_ranks_node_by_node(result, nodes: int, per_node: int) -> list[str]:
 
 
 @pytest.mark.slurm
-def test_ranks_on_both_nodes_find_rank_0_and_train_as_on_one_node(one_node_job):
-    result = submit("slurm/multi_node.sbatch", world_size=4, sbatch_args=TWO_PER_NODE)
-    check_output(result)
-    assert assert_ranks_node_by_node(result, 2, 2) == ["node1", "node2"]
-    assert_same_training(result, one_node_job)  # world size 4 either way
+def test_ranks_on_both_nodes_find_rank_0_and_train(two_node_job):
+    check_output(two_node_job)
+    assert assert_ranks_node_by_node(two_node_job, 2, GPUS) == ["node1", "node2"]
+    steps = 3 * (1024 // (32 * 2 * GPUS))  # 3 epochs of 1024 samples, 32 per process and step
+    assert f"done: {steps} steps" in two_node_job.stdout
 
 
 @on_the_gpu_cluster(jobs=2)

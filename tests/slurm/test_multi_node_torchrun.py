@@ -1,15 +1,15 @@
 """snippets/slurm/multi_node_torchrun.sbatch, shown on docs/slurm/multi_node.md: one
 torchrun per node, meeting at a c10d rendezvous.
 
-Submitted with 2 GPUs per node (sbatch's option overrides the script's), so that each
-torchrun starts 2 processes: world size 4 on the two simulated nodes. On a GPU cluster,
+Submitted as the page shows it: each torchrun starts one process per GPU of the profile's
+nodes, and the training must be exactly that of multi_node.sbatch (srun, one task per GPU). On a GPU cluster,
 the same world size as the one-node job there, over 2 nodes when the tests' job has 2.
 """
 
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import assert_same_training, backend, placement, submit
+from tests.slurm.jobs import GPUS, assert_same_training, backend, losses, placement, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster, real_one_node,
                                       submit_real)
 
@@ -27,13 +27,13 @@ def assert_torchruns_met(result, nodes: int, per_node: int) -> list[str]:
 
 
 @pytest.mark.slurm
-def test_two_torchruns_meet_and_train_as_on_one_node(one_node_job):
-    result = submit("slurm/multi_node_torchrun.sbatch", world_size=4,
-                    sbatch_args=["--gpus-per-node=2"])
+def test_two_torchruns_meet_and_train_as_srun_does(two_node_job):
+    result = submit("slurm/multi_node_torchrun.sbatch", world_size=2 * GPUS)
     check_output(result)
-    assert assert_torchruns_met(result, 2, 2) == ["node1", "node2"]
+    assert assert_torchruns_met(result, 2, GPUS) == ["node1", "node2"]
     assert "rendezvous at node1, port" in result.stdout
-    assert_same_training(result, one_node_job)
+    assert losses(result.stdout) == losses(two_node_job.stdout)
+    assert_same_training(result, two_node_job)
 
 
 @on_the_gpu_cluster(jobs=2)

@@ -9,7 +9,7 @@ when that job has 2, otherwise 1, where only the placement can be checked).
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import backend, job_end, job_nodes, placement, submit
+from tests.slurm.jobs import GPUS, backend, job_end, job_nodes, placement, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 
@@ -23,10 +23,10 @@ def assert_only_the_first_node_works(result, nodes: int, gpus: int) -> str:
 
 @pytest.mark.slurm
 def test_only_the_first_node_works():
-    result = submit("slurm/no_srun.sbatch", world_size=4)
+    result = submit("slurm/no_srun.sbatch", world_size=GPUS)
     check_output(result)
     assert job_nodes(result) == ["node1", "node2"]
-    assert assert_only_the_first_node_works(result, 2, 4) == "node1"
+    assert assert_only_the_first_node_works(result, 2, GPUS) == "node1"
 
 
 @on_the_gpu_cluster()

@@ -1,6 +1,6 @@
 """snippets/slurm/one_node.sbatch, shown on docs/slurm/one_node.md: srun, one task per GPU.
 
-Submitted as it is: one node, 4 tasks and 4 GPUs. Its run (tests/slurm/conftest.py) is
+Submitted as the page shows it: one node, one task per GPU of the profile's nodes. Its run (tests/slurm/conftest.py) is
 the one the other training jobs of the chapter are compared with. On a GPU cluster, the
 same job with the GPUs of the job the tests run in (tests/slurm/real_cluster.py).
 """
@@ -8,7 +8,7 @@ same job with the GPUs of the job the tests run in (tests/slurm/real_cluster.py)
 import pytest
 
 from harness.outputs import BARRIER_WARNING, check_output
-from tests.slurm.jobs import backend, checkpoint, job_end, losses, on_one_node
+from tests.slurm.jobs import GPUS, backend, checkpoint, job_end, losses, on_one_node
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, real_one_node
 
 
@@ -22,9 +22,9 @@ def assert_trained_on_one_node(job, ranks: int) -> None:
 
 
 @pytest.mark.slurm
-def test_srun_starts_four_ranks_on_the_node_and_they_train(one_node_job):
+def test_srun_starts_a_rank_per_gpu_of_the_node_and_they_train(one_node_job):
     check_output(one_node_job)
-    assert_trained_on_one_node(one_node_job, 4)
+    assert_trained_on_one_node(one_node_job, GPUS)
 
 
 @on_the_gpu_cluster()

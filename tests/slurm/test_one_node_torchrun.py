@@ -7,16 +7,16 @@ On a GPU cluster, one task with the GPUs of the job the tests run in.
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import assert_same_training, backend, losses, on_one_node, submit
+from tests.slurm.jobs import GPUS, assert_same_training, backend, losses, on_one_node, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster, real_one_node,
                                       submit_real)
 
 
 @pytest.mark.slurm
 def test_torchrun_trains_exactly_like_srun(one_node_job):
-    result = submit("slurm/one_node_torchrun.sbatch", world_size=4)
+    result = submit("slurm/one_node_torchrun.sbatch", world_size=GPUS)
     check_output(result)
-    assert on_one_node(result.stdout) == (4, [0, 1, 2, 3])  # on whichever node was free
+    assert on_one_node(result.stdout) == (GPUS, list(range(GPUS)))  # on whichever node was free
     assert losses(result.stdout) == losses(one_node_job.stdout)
     assert_same_training(result, one_node_job)
 

@@ -8,7 +8,7 @@ one task per node of the job the tests run in (1 or 2), with all its GPUs.
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import backend, job_end, placement, submit
+from tests.slurm.jobs import GPUS, backend, job_end, placement, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 
@@ -24,7 +24,7 @@ def assert_one_process_per_node(result, nodes: int, gpus: int) -> list[str]:
 def test_two_processes_for_eight_gpus():
     result = submit("slurm/tasks_vs_gpus.sbatch", world_size=2)
     check_output(result)
-    assert assert_one_process_per_node(result, 2, 4) == ["node1", "node2"]
+    assert assert_one_process_per_node(result, 2, GPUS) == ["node1", "node2"]
 
 
 @on_the_gpu_cluster()

@@ -1,0 +1,172 @@
+"""harness/profile.py: centre profiles are checked, and job scripts follow them.
+
+Every problem in a profile is one line naming the file, the key and what was expected;
+the default profile renders every job script of snippets/ as the file itself without its
+marker lines; other profiles change exactly the lines they own.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import profile
+from harness.launch import ROOT, SNIPPETS
+
+JOB_SCRIPTS = sorted(SNIPPETS.rglob("*.sbatch"))
+PROFILES = sorted((ROOT / "profiles").glob("*.toml"))
+GOOD = (ROOT / "profiles" / "default.toml").read_text()
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "centre.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_four_profiles_load():
+    assert {p.stem for p in PROFILES} >= {"default", "h100", "two_partitions", "amd"}
+    shapes = {p.stem: profile.load(p) for p in PROFILES}
+    assert shapes["default"].gpus_per_node == 4 and shapes["default"].partition.name == "gpu"
+    assert shapes["amd"].gpus_per_node == 8 and shapes["amd"].gpu_vendor == "amd"
+    assert len(shapes["two_partitions"].partitions) == 2
+    assert shapes["h100"].partition.name == "gpu_h100" and shapes["h100"].exclusive
+
+
+def test_the_centre_variable_chooses_the_profile(monkeypatch):
+    monkeypatch.delenv(profile.ENV_VAR, raising=False)
+    assert profile.load().is_default
+    monkeypatch.setenv(profile.ENV_VAR, "profiles/h100.toml")  # relative to the top folder
+    assert profile.load().partition.name == "gpu_h100"
+
+
+@pytest.mark.parametrize("change, expected", [
+    # A misspelt key.
+    (lambda t: t.replace("gpus_per_node", "gpu_per_node"),
+     r"unknown key partitions\[0\]\.gpu_per_node \(expected one of: name, gpus_per_node, "),
+    (lambda t: t.replace("login_host", "login_hots"), r"unknown key cluster\.login_hots "),
+    (lambda t: t + "\n[modules]\n", r"unknown key modules \(expected one of: cluster, "),
+    # A wrong type.
+    (lambda t: t.replace("gpus_per_node = 4", 'gpus_per_node = "4"'),
+     r"partitions\[0\]\.gpus_per_node is '4', expected an integer$"),
+    (lambda t: t.replace("exclusive = false", 'exclusive = "no"'),
+     r"cluster\.exclusive is 'no', expected true or false$"),
+    (lambda t: t.replace("gpus_per_node = 4", "gpus_per_node = true"),
+     r"partitions\[0\]\.gpus_per_node is True, expected an integer$"),
+    (lambda t: t.replace("setup = []", 'setup = "module load x"'),
+     r"environment\.setup is 'module load x', expected a list$"),
+    # A negative or zero count.
+    (lambda t: t.replace("gpus_per_node = 4", "gpus_per_node = -4"),
+     r"partitions\[0\]\.gpus_per_node is -4, expected a whole number of at least 1$"),
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 0"),
+     r"partitions\[0\]\.cpus_per_gpu is 0, expected a whole number of at least 1$"),
+    # A missing partition, table or key.
+    (lambda t: t[:t.index("[[partitions]]")] + t[t.index("[environment]"):],
+     r"missing partition: expected at least one \[\[partitions\]\] table"),
+    (lambda t: t.replace('name = "gpu"\n', ""),
+     r"missing key partitions\[0\]\.name \(expected a string\)$"),
+    (lambda t: t.replace("[cluster]", "[centre]"), r"unknown key centre "),
+    # Values Slurm would refuse.
+    (lambda t: t.replace('mem_per_gpu = "16G"', 'mem_per_gpu = "16 GB"'),
+     r"partitions\[0\]\.mem_per_gpu is '16 GB', expected megabytes or a number"),
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu nodes"'),
+     r"partitions\[0\]\.name is 'gpu nodes', expected a Slurm partition name$"),
+    (lambda t: t.replace("ask_memory = false", 'ask_memory = false\ngpu_vendor = "intel"'),
+     r"cluster\.gpu_vendor is 'intel', expected one of 'nvidia', 'amd'$"),
+    (lambda t: t.replace("[environment]", "[[partitions]]\n" + t[t.index("name = \"gpu\""):
+                                                                t.index("[environment]")]
+                         + "[environment]"),
+     r"partitions: a partition name appears twice"),
+    (lambda t: t.replace("[cluster]", "[cluster\n"), r"not valid TOML \("),
+])
+def test_a_bad_profile_is_one_line_naming_file_key_and_expectation(tmp_path, change, expected):
+    path = write(tmp_path, change(GOOD))
+    with pytest.raises(profile.ProfileError) as error:
+        profile.load(path)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: "), message
+    assert re.search(expected, message), message
+
+
+def test_a_missing_file_is_one_line(tmp_path):
+    with pytest.raises(profile.ProfileError, match=r"centre\.toml: cannot read the profile"):
+        profile.load(tmp_path / "centre.toml")
+
+
+def test_the_build_stops_with_that_line(tmp_path):
+    """conf.py loads the profile: a bad one stops sphinx-build before it reads a page."""
+    path = write(tmp_path, GOOD.replace("gpus_per_node = 4", "gpus_per_node = -1"))
+    built = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "docs",
+                            str(tmp_path / "html")], cwd=ROOT, capture_output=True, text=True,
+                           env={"CENTRE": str(path), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert built.returncode != 0
+    assert (f"{path}: partitions[0].gpus_per_node is -1, expected a whole number of at "
+            f"least 1\n") in built.stderr
+
+
+@pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
+def test_the_default_profile_shows_each_job_script_as_it_is(script):
+    text = script.read_text()
+    assert profile.has_markers(text)
+    unmarked = "".join(line for line in text.splitlines(keepends=True)
+                       if not re.match(r"#[<>](cluster|environment)\b", line))
+    assert profile.render(text, profile.load(ROOT / "profiles" / "default.toml")) == unmarked
+
+
+@pytest.mark.parametrize("centre", PROFILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
+def test_every_profile_renders_every_job_script(script, centre):
+    """No marker survives, the profile's partition is asked for (or is the default)."""
+    p = profile.load(centre)
+    text = profile.render_file(script, p)
+    assert not re.search(r"^#[<>]", text, re.M)
+    if not p.partition.default:
+        assert re.search(rf"^#SBATCH --partition={p.partition.name}\b", text, re.M)
+
+
+def test_the_h100_profile_changes_the_lines_it_owns():
+    h100 = profile.load(ROOT / "profiles" / "h100.toml")
+    text = profile.render_file(SNIPPETS / "slurm" / "anatomy.sbatch", h100)
+    assert "#SBATCH --ntasks-per-node=4     # processes per node: one per GPU\n" in text
+    assert "#SBATCH --gpus-per-node=h100:4  # GPUs per node" in text
+    assert "#SBATCH --cpus-per-task=16      # CPU cores per process" in text
+    assert "#SBATCH --mem=480G              # memory per node" in text
+    assert "#SBATCH --partition=gpu_h100    # the queue" in text
+    assert "#SBATCH --account=p_myproject   # the project" in text
+    assert "#SBATCH --exclusive\n#SBATCH --output" in text
+    assert "\nmodule purge\nmodule load python/3.12 cuda/12.6\n\nexport OMP" in text
+    torchrun = profile.render_file(SNIPPETS / "slurm" / "one_node_torchrun.sbatch", h100)
+    assert "#SBATCH --ntasks-per-node=1\n" in torchrun  # one torchrun per node...
+    assert "#SBATCH --cpus-per-task=64\n" in torchrun  # ...with every core of the node
+
+
+def test_the_amd_profile_binds_cpus_and_names_the_network():
+    amd = profile.load(ROOT / "profiles" / "amd.toml")
+    text = profile.render_file(SNIPPETS / "slurm" / "multi_node.sbatch", amd)
+    assert "#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-node=8\n" in text
+    assert "#SBATCH --cpus-per-task=7\n" in text
+    assert "\nexport NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3 " in text
+    assert "\nexport SLURM_CPU_BIND=mask_cpu:" in text
+
+
+def test_two_partitions_ask_for_memory_of_the_first():
+    twin = profile.load(ROOT / "profiles" / "two_partitions.toml")
+    text = profile.render_file(SNIPPETS / "slurm" / "one_node.sbatch", twin)
+    assert "#SBATCH --gpus-per-node=a100:4\n#SBATCH --cpus-per-task=7\n" in text
+    assert "#SBATCH --mem=250000M\n" in text
+    assert "--partition" not in text  # ml is the cluster's default partition
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("#!/bin/bash\n#SBATCH --nodes=1\nsrun hostname\n",
+     r"^x\.sbatch: no '#>cluster' marker: a job script marks its cluster lines"),
+    ("#>cluster gpus=node tasks=gpu\n#SBATCH --nodes=1\n", r"'#>cluster' without its '#<cluster'"),
+    ("#>cluster tasks=gpu\n#<cluster\n", r"expected '#>cluster gpus=node\|N\|0 tasks=gpu\|N'"),
+    ("#>cluster gpus=node\n#<environment\n", r"x\.sbatch:2: '#<environment' without its"),
+])
+def test_a_job_script_with_missing_or_broken_markers_fails_clearly(text, expected):
+    with pytest.raises(profile.ProfileError, match=expected):
+        profile.render(text, profile.load(ROOT / "profiles" / "default.toml"), where="x.sbatch")
