@@ -1,6 +1,9 @@
 # Everything runs in .venv, created from requirements.txt when missing or stale.
+# With TORCH=2.X.Y (make test TORCH=2.6.0), in .venv-torch-2.X.Y instead: requirements.txt
+# with that release of torch, and the packages tools/torch-releases.txt changes for it.
 PYTHON ?= python3
-VENV := .venv
+TORCH ?=
+VENV := $(if $(TORCH),.venv-torch-$(TORCH),.venv)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SPHINX := $(BIN)/sphinx-build
@@ -13,7 +16,7 @@ PYTEST_ARGS ?=
 JOBS ?= 3
 PARALLEL = -n $(JOBS) --dist loadscope
 
-.PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
+.PHONY: venv help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
 
 help:
 	@echo "make html       build the site into $(BUILD)/html"
@@ -25,10 +28,23 @@ help:
 	@echo "make livehtml   rebuild and reload the site while you edit"
 	@echo "make bench      measure build and test times"
 
+ifeq ($(TORCH),)
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
+else
+# Releases other than the pin come from the registry as CUDA builds (with their nvidia-*
+# libraries, without which torch does not import); they run on the CPU too.
+$(STAMP): requirements.txt tools/torch-releases.txt tools/torch_requirements.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	echo '*' > $(VENV)/.gitignore
+	$(PYTHON) tools/torch_requirements.py $(TORCH) > $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	touch $@
+endif
+
+venv: $(STAMP)
 
 html: $(STAMP)
 	$(SPHINX) $(SPHINXOPTS) -b html $(DOCS) $(BUILD)/html

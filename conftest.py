@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import slurm as local_slurm  # registers the sbatch launcher
+from harness import torch_versions
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, kill_tagged
 from harness.outputs import COMPARED
 
@@ -19,6 +20,8 @@ MARKERS = {
     "mpi": "launches with OpenMPI's mpirun",
     "extras": "needs the heavy extra packages (`make test-extras`)",
     "browser": "drives the built site in headless Chromium",
+    "older_torch": "starts a snippet on a PyTorch older than it needs "
+                   "(harness.torch_versions.run_on_older)",
 }
 
 #: In CI every test must run: a skip is a failure, except for want of GPUs.
@@ -29,6 +32,10 @@ def pytest_addoption(parser):
     parser.addoption("--only-compared", action="store_true",
                      help="run only the tests that compared a captured output in the last "
                           "full run (e.g. again with ATEN_CPU_CAPABILITY=default)")
+    parser.addoption("--claimed-by", metavar="RELEASE",
+                     help="run only the tests of the snippets whose oldest tested PyTorch "
+                          "release is RELEASE (docs/_data/torch_versions.json), and the tests "
+                          "marked older_torch")
 
 
 def _compared_dir(config) -> Path:
@@ -111,9 +118,26 @@ def pytest_xdist_make_scheduler(config, log):
     return ByGroup(config, log)
 
 
+def _claimed_by(config, items):
+    """Keep the tests of the snippets that claim the release, and the older_torch tests."""
+    release = config.getoption("claimed_by")
+    claims = torch_versions.claims()
+    if release not in claims.values():
+        raise pytest.UsageError(f"--claimed-by={release}: no snippet claims it "
+                                f"(claimed: {sorted(set(claims.values()), key=torch_versions.key)})")
+    def keep(item):
+        snippets = torch_versions.snippets_of(item.nodeid.split("::")[0])
+        return (item.get_closest_marker("older_torch") is not None
+                or any(claims.get(s) == release for s in snippets))
+    config.hook.pytest_deselected(items=[item for item in items if not keep(item)])
+    items[:] = [item for item in items if keep(item)]
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("only_compared"):
         _only_compared(config, items)
+    if config.getoption("claimed_by"):
+        _claimed_by(config, items)
     seconds = config.cache.get(FILE_SECONDS, {})
     files: dict[str, set[str]] = {}  # group: the files its tests are in
     for item in items:
@@ -174,9 +198,49 @@ def _slurm_for_marked_tests(request):
         request.getfixturevalue("slurm_cluster")
 
 
+#: Per test file, what its tests did: "failed", "passed", "skipped" (other than for
+#: want of GPUs). The process that runs the session records the snippets' results.
+_outcomes: dict[str, set[str]] = {}
+
+
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
     _seconds[path] = _seconds.get(path, 0.0) + report.duration
+    if report.failed:
+        _outcomes.setdefault(path, set()).add("failed")
+    elif report.skipped and "multigpu" not in report.keywords:
+        _outcomes.setdefault(path, set()).add("skipped")
+    elif report.passed and report.when == "call":
+        _outcomes.setdefault(path, set()).add("passed")
+
+
+def _whole_files(config) -> bool:
+    """True when every test of each file that ran was selected: no -k, no test ids, no
+    marker expression but the Makefile's, no --lf or --deselect, no --only-compared."""
+    o = config.option
+    return not (o.keyword or getattr(o, "lf", False) or getattr(o, "deselect", None)
+                or o.markexpr not in ("", "not extras", "extras")
+                or config.getoption("only_compared") or config.getoption("claimed_by")
+                or any("::" in arg for arg in config.args)
+                or os.environ.get("UPDATE_OUTPUTS") == "1")
+
+
+def _record_torch_versions(session) -> None:
+    """Add this release's result for every snippet whose test file ran whole."""
+    if not _whole_files(session.config):
+        return
+    results = {}
+    for path, outcomes in _outcomes.items():
+        if "failed" in outcomes:
+            outcome = "failed"
+        elif outcomes == {"passed"}:
+            outcome = "passed"
+        else:
+            continue  # skipped: not tested here
+        for snippet in torch_versions.snippets_of(path):
+            results[snippet] = outcome
+    if results:
+        torch_versions.record(results, torch_versions.torch_release())
 
 
 def _stop_slurm(session) -> None:
@@ -204,6 +268,7 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
     if not _is_worker(session.config):
         _stop_slurm(session)
+        _record_torch_versions(session)
         if _seconds:
             session.config.cache.set(FILE_SECONDS, {**session.config.cache.get(FILE_SECONDS, {}),
                                                     **{k: round(v, 1) for k, v in _seconds.items()}})

@@ -7,13 +7,21 @@ folder), captions it with its name and adds a download link under it.
 output, offered for download); Sphinx's own records of included and
 downloadable files are the evidence, so a file nobody uses is a build warning,
 and with ``-W`` an error.
+
+Under each snippet, "Tested with PyTorch A to B": the releases its tests passed on, from
+the file the test runs write (``snippets_torch_versions``, harness/torch_versions.py);
+near the top of each page, the releases every snippet of the page passed on. A snippet
+that uses PyTorch (its text names torch) and has no entry there fails the build.
 """
 
+import json
+import re
 from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.directives.code import LiteralInclude
+from sphinx.errors import SphinxError
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -29,6 +37,38 @@ def snippets_dir(env) -> Path:
 def _target(env, path: str) -> str:
     """The path as Sphinx expects it: leading slash means relative to the source folder."""
     return "/" + str(Path(env.config.snippets_dir) / path)
+
+
+def _key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release)[:3])
+
+
+def tested_range(releases: dict) -> tuple[str, str] | None:
+    """(oldest, newest): the newest release the tests passed on, and the oldest from which
+    on they passed on every release tried up to it (harness/torch_versions.py)."""
+    ordered = sorted(releases, key=_key)
+    passed = [r for r in ordered if releases[r] == "passed"]
+    if not passed:
+        return None
+    oldest = newest = passed[-1]
+    for release in reversed(ordered[:ordered.index(newest)]):
+        if releases[release] != "passed":
+            break
+        oldest = release
+    return oldest, newest
+
+
+def _range_text(oldest: str, newest: str) -> str:
+    return f"PyTorch {oldest}" if oldest == newest else f"PyTorch {oldest} to {newest}"
+
+
+class MissingTorchVersions(SphinxError):
+    category = "Snippets without tested PyTorch releases"
+
+
+def _versions(env) -> dict:
+    path = Path(env.srcdir) / env.config.snippets_torch_versions
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 class Snippet(LiteralInclude):
@@ -50,7 +90,23 @@ class Snippet(LiteralInclude):
                 refdoc=env.docname, reftarget=self.arguments[0], refexplicit=True,
                 reftype="download", refdomain="")
             result.append(nodes.paragraph("", "", ref, classes=["snippet-download"]))
+            result.extend(self.tested_with(env, path))
         return result
+
+    def tested_with(self, env, path: str) -> list:
+        env.note_dependency(str(Path(env.srcdir) / env.config.snippets_torch_versions))
+        found = tested_range(_versions(env).get(path, {}))
+        if found is None:
+            text = (snippets_dir(env) / path).read_text(errors="replace")
+            if re.search("torch", text, re.IGNORECASE):
+                if not hasattr(env, "snippets_untested"):
+                    env.snippets_untested = {}
+                env.snippets_untested.setdefault(env.docname, []).append(path)
+            return []
+        node = nodes.paragraph("", f"Tested with {_range_text(*found)}.",
+                               classes=["snippet-torch"])
+        node["oldest"], node["newest"] = found
+        return [node]
 
 
 class SnippetOutput(Snippet):
@@ -61,6 +117,44 @@ class SnippetOutput(Snippet):
     def run(self):
         self.options.setdefault("caption", f"Output of a run ({Path(self.arguments[0]).name})")
         return super().run()
+
+
+def page_range(app, doctree):
+    """Under the page's title: the releases every snippet of the page passed on."""
+    ranges = [(n["oldest"], n["newest"]) for n in doctree.findall(nodes.paragraph)
+              if "snippet-torch" in n["classes"]]
+    title = next(iter(doctree.findall(nodes.title)), None)
+    if not ranges or title is None:
+        return
+    oldest = max((r[0] for r in ranges), key=_key)
+    newest = min((r[1] for r in ranges), key=_key)
+    if _key(oldest) <= _key(newest):
+        text = (f"Tested with {_range_text(oldest, newest)}: the tests of every script on "
+                f"this page passed on these releases (each script says its own range).")
+    else:
+        text = ("The scripts on this page were tested with different releases of PyTorch: "
+                "each says its own range.")
+    title.parent.insert(title.parent.index(title) + 1,
+                        nodes.paragraph("", text, classes=["page-torch"]))
+
+
+def purge(app, env, docname):
+    getattr(env, "snippets_untested", {}).pop(docname, None)
+
+
+def merge(app, env, docnames, other):
+    if not hasattr(env, "snippets_untested"):
+        env.snippets_untested = {}
+    env.snippets_untested.update(getattr(other, "snippets_untested", {}))
+
+
+def check_tested(app, env):
+    untested = getattr(env, "snippets_untested", {})
+    if untested:
+        where = "; ".join(f"{', '.join(paths)} (on {doc})" for doc, paths in sorted(untested.items()))
+        raise MissingTorchVersions(
+            f"{env.config.snippets_torch_versions} has no tested release for {where}: run "
+            f"their tests (make test), which record the release they ran with")
 
 
 def check_coverage(app, env):
@@ -83,5 +177,10 @@ def setup(app):
     app.add_config_value("snippets_dir", "../snippets", "env")
     app.add_directive("snippet", Snippet)
     app.add_directive("snippet-output", SnippetOutput)
+    app.add_config_value("snippets_torch_versions", "_data/torch_versions.json", "env")
+    app.connect("doctree-read", page_range)
+    app.connect("env-purge-doc", purge)
+    app.connect("env-merge-info", merge)
     app.connect("env-check-consistency", check_coverage)
+    app.connect("env-check-consistency", check_tested)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

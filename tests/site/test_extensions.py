@@ -56,3 +56,38 @@ def test_unused_or_missing_files_warn(tmp_path, page, problem):
     warnings, _ = build(tmp_path, {"index.md": INDEX, "page.md": page},
                         {"ch/used.py": "print('hi')\n", "ch/used.out": "hi\n"})
     assert problem in warnings
+
+
+TORCH_PAGE = ("---\nminutes: 5\n---\n# Two scripts\n\nText.\n\n```{snippet} ch/old.py\n```\n\n"
+              "```{snippet} ch/new.py\n```\n\n```{snippet} ch/plain.sh\n```\n")
+TORCH_SNIPPETS = {"ch/old.py": "import torch\n", "ch/new.py": "import torch\n",
+                  "ch/plain.sh": "echo hi\n"}
+VERSIONS = {"ch/old.py": {"2.4.1": "passed", "2.6.0": "passed", "2.13.0": "passed",
+                          "2.15.0": "failed"},
+            "ch/new.py": {"2.4.1": "failed", "2.6.0": "failed", "2.8.0": "passed",
+                          "2.13.0": "passed", "2.15.0": "passed"}}
+
+
+def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
+    import json
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
+                                     "torch.md": TORCH_PAGE,
+                                     "_data/torch_versions.json": json.dumps(VERSIONS)},
+                          TORCH_SNIPPETS)
+    # (a second Sphinx in one process warns that its node classes are registered already)
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    text = re.sub(r"<[^>]+>|\s+", " ", (out / "torch.html").read_text())
+    assert "Tested with PyTorch 2.4.1 to 2.13.0." in text  # 2.15.0 failed
+    assert "Tested with PyTorch 2.8.0 to 2.15.0." in text  # failed on 2.6.0
+    # the page: the releases both passed on, under its title, before the text
+    assert re.search(r"Two scripts.{0,20} Tested with PyTorch 2\.8\.0 to 2\.13\.0: .* Text\.", text)
+    assert text.count("Tested with") == 3  # no range for the script without torch
+
+
+def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
+    import json
+    from sphinx.errors import SphinxError
+    versions = {k: v for k, v in VERSIONS.items() if k != "ch/new.py"}
+    with pytest.raises(SphinxError, match=r"no tested release for ch/new\.py \(on torch\)"):
+        build(tmp_path, {"index.md": INDEX.replace("page", "torch"), "torch.md": TORCH_PAGE,
+                         "_data/torch_versions.json": json.dumps(versions)}, TORCH_SNIPPETS)
