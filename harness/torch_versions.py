@@ -110,7 +110,7 @@ def older_python(needs: str) -> tuple[str, str] | None:
 
     if key(torch_release()) < key(needs):
         return sys.executable, torch_release()
-    oldest = min(claims().values(), key=key, default=None)
+    oldest = oldest_claim()
     python = ROOT / f".venv-torch-{oldest}" / "bin" / "python"
     if oldest and key(oldest) < key(needs) and python.is_file():
         return str(python), oldest
@@ -123,7 +123,7 @@ def run_on_older(script: str, needs: str, args: tuple[str, ...] = ()) -> subproc
 
     found = older_python(needs)
     if found is None:
-        oldest = min(claims().values(), key=key, default="?")
+        oldest = oldest_claim() or "<release>"
         pytest.skip(f"no PyTorch older than {needs} here: `make venv TORCH={oldest}` makes one")
     python, release = found
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "0", "WORLD_SIZE": "1",
@@ -132,3 +132,16 @@ def run_on_older(script: str, needs: str, args: tuple[str, ...] = ()) -> subproc
                             text=True, timeout=120, env=env, cwd=ROOT)
     result.release = release
     return result
+
+
+def oldest_claim(data: dict | None = None) -> str | None:
+    """The oldest release any snippet claims."""
+    return min(claims(data).values(), key=key, default=None)
+
+
+if __name__ == "__main__":  # python3 -m harness.torch_versions oldest  (for .ci/run)
+    import sys
+
+    if sys.argv[1:] != ["oldest"]:
+        sys.exit("usage: python3 -m harness.torch_versions oldest")
+    print(oldest_claim() or "")
