@@ -53,6 +53,8 @@ def _is_worker(config) -> bool:
 
 def pytest_configure(config):
     os.environ[SESSION_TAG] = SESSION_ID
+    if not _is_worker(config) and _whole_files(config):
+        _RECORD["config"] = config
     if not _is_worker(config):
         os.environ[SLURM_STATE] = tempfile.mkdtemp(prefix="local-slurm-")
     for name, text in MARKERS.items():
@@ -199,8 +201,30 @@ def _slurm_for_marked_tests(request):
 
 
 #: Per test file, what its tests did: "failed", "passed", "skipped" (other than for
-#: want of GPUs). The process that runs the session records the snippets' results.
+#: want of GPUs or of an older PyTorch), how many tests it has in this session and how many
+#: have finished. The process that runs the session records a file's snippets as soon as
+#: all its tests have finished (so an interrupted session keeps the files it finished).
 _outcomes: dict[str, set[str]] = {}
+_totals: dict[str, int] = {}
+_finished: dict[str, int] = {}
+
+
+def _count(nodeids) -> None:
+    if not _totals:
+        for nodeid in nodeids:
+            path = nodeid.split("::")[0]
+            _totals[path] = _totals.get(path, 0) + 1
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, in the process that runs it
+def pytest_xdist_node_collection_finished(node, ids):
+    _count(ids)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    if not _is_worker(session.config):
+        _count(item.nodeid for item in session.items)
 
 
 def pytest_runtest_logreport(report):
@@ -212,6 +236,13 @@ def pytest_runtest_logreport(report):
         _outcomes.setdefault(path, set()).add("skipped")
     elif report.passed and report.when == "call":
         _outcomes.setdefault(path, set()).add("passed")
+    if report.when == "teardown":
+        _finished[path] = _finished.get(path, 0) + 1
+        if _finished[path] == _totals.get(path) and _RECORD.get("config"):
+            _record_torch_versions(_RECORD["config"], [path])
+
+
+_RECORD: dict = {}  # the session's config, when its results are recorded
 
 
 def _whole_files(config) -> bool:
@@ -225,12 +256,11 @@ def _whole_files(config) -> bool:
                 or os.environ.get("UPDATE_OUTPUTS") == "1")
 
 
-def _record_torch_versions(session) -> None:
-    """Add this release's result for every snippet whose test file ran whole."""
-    if not _whole_files(session.config):
-        return
+def _record_torch_versions(config, paths) -> None:
+    """Add this release's result for the snippets of these test files (which ran whole)."""
     results = {}
-    for path, outcomes in _outcomes.items():
+    for path in paths:
+        outcomes = _outcomes.get(path, set())
         if "failed" in outcomes:
             outcome = "failed"
         elif outcomes == {"passed"}:
@@ -268,7 +298,6 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
     if not _is_worker(session.config):
         _stop_slurm(session)
-        _record_torch_versions(session)
         if _seconds:
             session.config.cache.set(FILE_SECONDS, {**session.config.cache.get(FILE_SECONDS, {}),
                                                     **{k: round(v, 1) for k, v in _seconds.items()}})
