@@ -105,15 +105,17 @@ def snippets_of(test_file: str) -> list[str]:
 def older_python(needs: str) -> tuple[str, str] | None:
     """(python, release) of an interpreter whose torch is older than ``needs``: this
     one's, else the .venv-torch-<release> of the oldest release any snippet claims (which
-    ``make venv TORCH=<release>`` creates), or None."""
+    ``make venv TORCH=<release>`` creates), else any older .venv-torch-*, or None."""
     import sys
 
     if key(torch_release()) < key(needs):
         return sys.executable, torch_release()
     oldest = oldest_claim()
-    python = ROOT / f".venv-torch-{oldest}" / "bin" / "python"
-    if oldest and key(oldest) < key(needs) and python.is_file():
-        return str(python), oldest
+    others = sorted((p.name[len(".venv-torch-"):] for p in ROOT.glob(".venv-torch-*")), key=key)
+    for release in ([oldest] if oldest else []) + others:  # else any older one made here
+        python = ROOT / f".venv-torch-{release}" / "bin" / "python"
+        if key(release) < key(needs) and python.is_file():
+            return str(python), release
     return None
 
 

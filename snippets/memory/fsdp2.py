@@ -10,9 +10,15 @@ training, and saves the full (unsharded) weights from rank 0 to fsdp2.pt.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
+
+if torch.__version__ < "2.6":  # compares as a version: fully_shard is public from 2.6 on
+    print(f"this script needs PyTorch >= 2.6 (found {torch.__version__})", file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
