@@ -16,12 +16,16 @@ that uses PyTorch (its text names torch) and has no entry there fails the build.
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.directives.code import LiteralInclude
 from sphinx.util import logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the guide's top folder
+from harness.torch_versions import key as _key, tested_range  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -36,25 +40,6 @@ def snippets_dir(env) -> Path:
 def _target(env, path: str) -> str:
     """The path as Sphinx expects it: leading slash means relative to the source folder."""
     return "/" + str(Path(env.config.snippets_dir) / path)
-
-
-def _key(release: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", release)[:3])
-
-
-def tested_range(releases: dict) -> tuple[str, str] | None:
-    """(oldest, newest): the newest release the tests passed on, and the oldest from which
-    on they passed on every release tried up to it (harness/torch_versions.py)."""
-    ordered = sorted(releases, key=_key)
-    passed = [r for r in ordered if releases[r] == "passed"]
-    if not passed:
-        return None
-    oldest = newest = passed[-1]
-    for release in reversed(ordered[:ordered.index(newest)]):
-        if releases[release] != "passed":
-            break
-        oldest = release
-    return oldest, newest
 
 
 def _range_text(oldest: str, newest: str) -> str:
