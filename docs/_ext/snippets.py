@@ -109,8 +109,9 @@ def page_range(app, doctree):
     oldest = max((r[0] for r in ranges), key=_key)
     newest = min((r[1] for r in ranges), key=_key)
     if _key(oldest) <= _key(newest):
+        which = "this release" if oldest == newest else "these releases"
         text = (f"Tested with {_range_text(oldest, newest)}: the tests of every script on "
-                f"this page passed on these releases (each script says its own range).")
+                f"this page passed on {which} (each script says its own range).")
     else:
         text = ("The scripts on this page were tested with different releases of PyTorch: "
                 "each says its own range.")
