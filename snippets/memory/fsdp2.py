@@ -15,8 +15,10 @@ import time
 
 import torch
 
-if torch.__version__ < "2.6":  # compares as a version: fully_shard is public from 2.6 on
-    print(f"this script needs PyTorch >= 2.6 (found {torch.__version__})", file=sys.stderr)
+NEEDS = "2.6"  # fully_shard is public from PyTorch 2.6 on
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
     sys.exit(2)
 
 import torch.distributed as dist
