@@ -21,6 +21,7 @@ PARALLEL = -n $(JOBS) --dist loadscope
 help:
 	@echo "make html       build the site into $(BUILD)/html"
 	@echo "make test       run every test this machine can run"
+	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation)"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
 	@echo "make spelling   spell-check the pages (en_GB)"
