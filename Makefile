@@ -1,6 +1,9 @@
 # Everything runs in .venv, created from requirements.txt when missing or stale.
+# With TORCH=2.X.Y (make test TORCH=2.6.0), in .venv-torch-2.X.Y instead: requirements.txt
+# with that release of torch, and the packages tools/torch-releases.txt changes for it.
 PYTHON ?= python3
-VENV := .venv
+TORCH ?=
+VENV := $(if $(TORCH),.venv-torch-$(TORCH),.venv)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SPHINX := $(BIN)/sphinx-build
@@ -18,12 +21,13 @@ CENTRE ?=
 export CENTRE
 CHECK_CENTRE = $(BIN)/python -m harness.profile $(CENTRE)
 
-.PHONY: help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
+.PHONY: venv help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
 
 help:
 	@echo "make html       build the site into $(BUILD)/html"
 	@echo "                (CENTRE=profiles/x.toml: for that centre's cluster, also for make test)"
 	@echo "make test       run every test this machine can run"
+	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation)"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
 	@echo "make spelling   spell-check the pages (en_GB)"
@@ -31,6 +35,7 @@ help:
 	@echo "make livehtml   rebuild and reload the site while you edit"
 	@echo "make bench      measure build and test times"
 
+ifeq ($(TORCH),)
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
@@ -38,6 +43,18 @@ $(STAMP): requirements.txt
 	# CPU, cached in ~/.cache/torch_extensions): once here, not inside the first test.
 	$(BIN)/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
 	touch $@
+else
+# Releases other than the pin come from the registry as CUDA builds (with their nvidia-*
+# libraries, without which torch does not import); they run on the CPU too.
+$(STAMP): requirements.txt tools/torch-releases.txt tools/torch_requirements.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	echo '*' > $(VENV)/.gitignore
+	$(PYTHON) tools/torch_requirements.py $(TORCH) > $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	touch $@
+endif
+
+venv: $(STAMP)
 
 html: $(STAMP)
 	@$(CHECK_CENTRE)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import slurm as local_slurm  # registers the sbatch launcher
+from harness import torch_versions
 from harness.launch import (DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, SHARED_RUNS,
                             kill_tagged)
 from harness.outputs import COMPARED
@@ -20,6 +21,8 @@ MARKERS = {
     "mpi": "launches with OpenMPI's mpirun",
     "extras": "needs the heavy extra packages (`make test-extras`)",
     "browser": "drives the built site in headless Chromium",
+    "older_torch": "starts a snippet on a PyTorch older than it needs "
+                   "(harness.torch_versions.run_on_older)",
 }
 
 #: In CI every test must run: a skip is a failure, except for want of GPUs.
@@ -30,6 +33,10 @@ def pytest_addoption(parser):
     parser.addoption("--only-compared", action="store_true",
                      help="run only the tests that compared a captured output in the last "
                           "full run (e.g. again with ATEN_CPU_CAPABILITY=default)")
+    parser.addoption("--claimed-by", metavar="RELEASE",
+                     help="run only the tests of the snippets whose oldest tested PyTorch "
+                          "release is RELEASE (docs/_data/torch_versions.json), and the tests "
+                          "marked older_torch")
 
 
 def _compared_dir(config) -> Path:
@@ -47,6 +54,8 @@ def _is_worker(config) -> bool:
 
 def pytest_configure(config):
     os.environ[SESSION_TAG] = SESSION_ID
+    if not _is_worker(config) and _whole_files(config):
+        _RECORD["config"] = config
     if not _is_worker(config):
         os.environ[SLURM_STATE] = tempfile.mkdtemp(prefix="local-slurm-")
         os.environ[SHARED_RUNS] = tempfile.mkdtemp(prefix="shared-runs-")
@@ -110,9 +119,26 @@ def pytest_xdist_make_scheduler(config, log):
     return ByGroup(config, log)
 
 
+def _claimed_by(config, items):
+    """Keep the tests of the snippets that claim the release, and the older_torch tests."""
+    release = config.getoption("claimed_by")
+    claims = torch_versions.claims()
+    if release not in claims.values():
+        raise pytest.UsageError(f"--claimed-by={release}: no snippet claims it "
+                                f"(claimed: {sorted(set(claims.values()), key=torch_versions.key)})")
+    def keep(item):
+        snippets = torch_versions.snippets_of(item.nodeid.split("::")[0])
+        return (item.get_closest_marker("older_torch") is not None
+                or any(claims.get(s) == release for s in snippets))
+    config.hook.pytest_deselected(items=[item for item in items if not keep(item)])
+    items[:] = [item for item in items if keep(item)]
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("only_compared"):
         _only_compared(config, items)
+    if config.getoption("claimed_by"):
+        _claimed_by(config, items)
     seconds = config.cache.get(FILE_SECONDS, {})
     files: dict[str, set[str]] = {}  # group: the files its tests are in
     for item in items:
@@ -173,9 +199,77 @@ def _slurm_for_marked_tests(request):
         request.getfixturevalue("slurm_cluster")
 
 
+#: Per test file, what its tests did: "failed", "passed", "skipped" (other than for
+#: want of GPUs or of an older PyTorch), how many tests it has in this session and how many
+#: have finished. The process that runs the session records a file's snippets as soon as
+#: all its tests have finished (so an interrupted session keeps the files it finished).
+_outcomes: dict[str, set[str]] = {}
+_totals: dict[str, int] = {}
+_finished: dict[str, int] = {}
+
+
+def _count(nodeids) -> None:
+    if not _totals:
+        for nodeid in nodeids:
+            path = nodeid.split("::")[0]
+            _totals[path] = _totals.get(path, 0) + 1
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, in the process that runs it
+def pytest_xdist_node_collection_finished(node, ids):
+    _count(ids)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    if not _is_worker(session.config):
+        _count(item.nodeid for item in session.items)
+
+
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
     _seconds[path] = _seconds.get(path, 0.0) + report.duration
+    if report.failed:
+        _outcomes.setdefault(path, set()).add("failed")
+    elif report.skipped and not {"multigpu", "older_torch"} & set(report.keywords):
+        _outcomes.setdefault(path, set()).add("skipped")
+    elif report.passed and report.when == "call":
+        _outcomes.setdefault(path, set()).add("passed")
+    if report.when == "teardown":
+        _finished[path] = _finished.get(path, 0) + 1
+        if _finished[path] == _totals.get(path) and _RECORD.get("config"):
+            _record_torch_versions(_RECORD["config"], [path])
+
+
+_RECORD: dict = {}  # the session's config, when its results are recorded
+
+
+def _whole_files(config) -> bool:
+    """True when every test of each file that ran was selected: no -k, no test ids, no
+    marker expression but the Makefile's, no --lf or --deselect, no --only-compared."""
+    o = config.option
+    return not (o.keyword or getattr(o, "lf", False) or getattr(o, "deselect", None)
+                or o.markexpr not in ("", "not extras", "extras")
+                or config.getoption("only_compared") or config.getoption("claimed_by")
+                or any("::" in arg for arg in config.args)
+                or os.environ.get("UPDATE_OUTPUTS") == "1")
+
+
+def _record_torch_versions(config, paths) -> None:
+    """Add this release's result for the snippets of these test files (which ran whole)."""
+    results = {}
+    for path in paths:
+        outcomes = _outcomes.get(path, set())
+        if "failed" in outcomes:
+            outcome = "failed"
+        elif outcomes == {"passed"}:
+            outcome = "passed"
+        else:
+            continue  # skipped: not tested here
+        for snippet in torch_versions.snippets_of(path):
+            results[snippet] = outcome
+    if results:
+        torch_versions.record(results, torch_versions.torch_release())
 
 
 def _stop_slurm(session) -> None:

@@ -15,10 +15,16 @@ Job scripts (``.sbatch``) follow the centre profile (``harness/profile.py``, the
 ``centre`` setting of conf.py): the page shows, and offers for download, the script
 the profile renders, which is the one the tests submit. The rendered copies live in
 the build's doctree folder, under ``rendered/``.
+
+Under each snippet, "Tested with PyTorch A to B": the releases its tests passed on, from
+the file the test runs write (``snippets_torch_versions``, harness/torch_versions.py);
+near the top of each page, the releases every snippet of the page passed on. A snippet
+that uses PyTorch (its text names torch) and has no entry there fails the build.
 """
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +32,9 @@ from docutils import nodes
 from sphinx import addnodes
 from sphinx.directives.code import LiteralInclude, container_wrapper
 from sphinx.util import logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the guide's top folder
+from harness.torch_versions import key as _key, tested_range  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +76,15 @@ def _rendered_target(env, path: str) -> str:
     return "/" + os.path.relpath(copy, env.srcdir)
 
 
+def _range_text(oldest: str, newest: str) -> str:
+    return f"PyTorch {oldest}" if oldest == newest else f"PyTorch {oldest} to {newest}"
+
+
+def _versions(env) -> dict:
+    path = Path(env.srcdir) / env.config.snippets_torch_versions
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 class Snippet(LiteralInclude):
     """Include a snippet with its file name as caption and a download link."""
 
@@ -84,8 +102,9 @@ class Snippet(LiteralInclude):
         self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
         self.options.setdefault("caption", Path(path).name)
         result = super().run()
-        if self.download:
-            result.append(self.download_link(env, path))
+        if self.download:  # the file shown: a job script as the profile renders it
+            result.append(self.download_link(env, path, self.arguments[0]))
+            result.extend(self.tested_with(env, path))
         return result
 
     def notebook(self, env, path):
@@ -101,16 +120,32 @@ class Snippet(LiteralInclude):
             block = nodes.literal_block(code, code, language="ipython3")
             self.set_source_info(block)
             result.append(container_wrapper(self, block, f"{Path(path).name}, cell {number}"))
-        result.append(self.download_link(env, path))
+        result.append(self.download_link(env, path, _target(env, path)))
+        result.extend(self.tested_with(env, path))
         return result
 
-    def download_link(self, env, path):
+    def download_link(self, env, path, target):
         name = Path(path).name
         ref = addnodes.download_reference(
             "", "", nodes.literal(name, f"Download {name}"),
-            refdoc=env.docname, reftarget=_target(env, path), refexplicit=True,
+            refdoc=env.docname, reftarget=target, refexplicit=True,
             reftype="download", refdomain="")
         return nodes.paragraph("", "", ref, classes=["snippet-download"])
+
+    def tested_with(self, env, path: str) -> list:
+        env.note_dependency(str(Path(env.srcdir) / env.config.snippets_torch_versions))
+        found = tested_range(_versions(env).get(path, {}))
+        if found is None:
+            text = (snippets_dir(env) / path).read_text(errors="replace")
+            if re.search("torch", text, re.IGNORECASE):
+                if not hasattr(env, "snippets_untested"):
+                    env.snippets_untested = {}
+                env.snippets_untested.setdefault(env.docname, []).append(path)
+            return []
+        node = nodes.paragraph("", f"Tested with {_range_text(*found)}.",
+                               classes=["snippet-torch"])
+        node["oldest"], node["newest"] = found
+        return [node]
 
 
 class SnippetOutput(Snippet):
@@ -121,6 +156,47 @@ class SnippetOutput(Snippet):
     def run(self):
         self.options.setdefault("caption", f"Output of a run ({Path(self.arguments[0]).name})")
         return super().run()
+
+
+def page_range(app, doctree):
+    """Under the page's title: the releases every snippet of the page passed on."""
+    ranges = [(n["oldest"], n["newest"]) for n in doctree.findall(nodes.paragraph)
+              if "snippet-torch" in n["classes"]]
+    title = next(iter(doctree.findall(nodes.title)), None)
+    if not ranges or title is None:
+        return
+    oldest = max((r[0] for r in ranges), key=_key)
+    newest = min((r[1] for r in ranges), key=_key)
+    if _key(oldest) <= _key(newest):
+        which = "this release" if oldest == newest else "these releases"
+        text = (f"Tested with {_range_text(oldest, newest)}: the tests of every script on "
+                f"this page passed on {which} (each script says its own range).")
+    else:
+        text = ("The scripts on this page were tested with different releases of PyTorch: "
+                "each says its own range.")
+    title.parent.insert(title.parent.index(title) + 1,
+                        nodes.paragraph("", text, classes=["page-torch"]))
+
+
+def purge(app, env, docname):
+    getattr(env, "snippets_untested", {}).pop(docname, None)
+
+
+def merge(app, env, docnames, other):
+    if not hasattr(env, "snippets_untested"):
+        env.snippets_untested = {}
+    env.snippets_untested.update(getattr(other, "snippets_untested", {}))
+
+
+def check_tested(app, env):
+    """One error (with -W, as the Makefile builds, a failed build) naming every snippet that
+    uses PyTorch and has no release its tests passed on."""
+    untested = getattr(env, "snippets_untested", {})
+    if untested:
+        where = "; ".join(f"{', '.join(paths)} (on {doc})" for doc, paths in sorted(untested.items()))
+        logger.error("%s has no tested PyTorch release for %s: run their tests (make test), "
+                     "which record the release they ran with", env.config.snippets_torch_versions,
+                     where, type="snippets", subtype="untested")
 
 
 def check_coverage(app, env):
@@ -150,5 +226,10 @@ def setup(app):
     app.add_config_value("centre", "", "env")  # the centre profile's path; "": the default
     app.add_directive("snippet", Snippet)
     app.add_directive("snippet-output", SnippetOutput)
+    app.add_config_value("snippets_torch_versions", "_data/torch_versions.json", "env")
+    app.connect("doctree-read", page_range)
+    app.connect("env-purge-doc", purge)
+    app.connect("env-merge-info", merge)
     app.connect("env-check-consistency", check_coverage)
+    app.connect("env-check-consistency", check_tested)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,9 +10,17 @@ training, and saves the full (unsharded) weights from rank 0 to fsdp2.pt.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
+
+NEEDS = "2.6"  # fully_shard is public from PyTorch 2.6 on
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn

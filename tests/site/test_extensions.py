@@ -75,3 +75,41 @@ def test_a_notebook_shows_its_code_cells_and_is_offered_and_counted_as_shown(tmp
     assert "nb.ipynb, cell 1" in html and "cell 2" not in html  # code cells only
     assert "torchrun" in html and "# Title" not in html
     assert list(out.glob("_downloads/*/nb.ipynb"))
+
+
+TORCH_PAGE = ("---\nminutes: 5\n---\n# Two scripts\n\nText.\n\n```{snippet} ch/old.py\n```\n\n"
+              "```{snippet} ch/new.py\n```\n\n```{snippet} ch/plain.sh\n```\n")
+TORCH_SNIPPETS = {"ch/old.py": "import torch\n", "ch/new.py": "import torch\n",
+                  "ch/plain.sh": "echo hi\n"}
+VERSIONS = {"ch/old.py": {"2.4.1": "passed", "2.6.0": "passed", "2.13.0": "passed",
+                          "2.15.0": "failed"},
+            "ch/new.py": {"2.4.1": "failed", "2.6.0": "failed", "2.8.0": "passed",
+                          "2.13.0": "passed", "2.15.0": "passed"}}
+
+
+def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
+    import json
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
+                                     "torch.md": TORCH_PAGE,
+                                     "_data/torch_versions.json": json.dumps(VERSIONS)},
+                          TORCH_SNIPPETS)
+    # (a second Sphinx in one process warns that its node classes are registered already)
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    text = re.sub(r"<[^>]+>|\s+", " ", (out / "torch.html").read_text())
+    assert "Tested with PyTorch 2.4.1 to 2.13.0." in text  # 2.15.0 failed
+    assert "Tested with PyTorch 2.8.0 to 2.15.0." in text  # failed on 2.6.0
+    # the page: the releases both passed on, under its title, before the text
+    assert re.search(r"Two scripts.{0,20} Tested with PyTorch 2\.8\.0 to 2\.13\.0: .* Text\.", text)
+    assert text.count("Tested with") == 3  # no range for the script without torch
+
+
+def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
+    import json
+    versions = {k: v for k, v in VERSIONS.items() if k != "ch/new.py"}
+    warnings, _ = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
+                                   "torch.md": TORCH_PAGE,
+                                   "_data/torch_versions.json": json.dumps(versions)},
+                        TORCH_SNIPPETS)
+    errors = [line for line in warnings.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, warnings  # one error, which -W (the Makefile's) makes fatal
+    assert re.search(r"has no tested PyTorch release for ch/new\.py \(on torch\)", errors[0])
