@@ -1,6 +1,7 @@
 """The Sphinx extensions in docs/_ext: snippet include, download and coverage; lesson table."""
 
 import io
+import json
 import re
 import sys
 from pathlib import Path
@@ -66,7 +67,9 @@ NOTEBOOK = ('{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# 
 
 def test_a_notebook_shows_its_code_cells_and_is_offered_and_counted_as_shown(tmp_path):
     page = "---\nminutes: 3\n---\n# Notebook\n\n```{snippet} ch/nb.ipynb\n```\n"
-    warnings, out = build(tmp_path, {"index.md": INDEX, "page.md": page},
+    versions = json.dumps({"ch/nb.ipynb": {"2.13.0": "passed"}})
+    warnings, out = build(tmp_path, {"index.md": INDEX, "page.md": page,
+                                     "_data/torch_versions.json": versions},
                           {"ch/nb.ipynb": NOTEBOOK})
     # shown and offered: the coverage check is satisfied (a second Sphinx in one process
     # warns about nodes registered twice, which is not this test's business)
@@ -88,7 +91,6 @@ VERSIONS = {"ch/old.py": {"2.4.1": "passed", "2.6.0": "passed", "2.13.0": "passe
 
 
 def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
-    import json
     warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
                                      "torch.md": TORCH_PAGE,
                                      "_data/torch_versions.json": json.dumps(VERSIONS)},
@@ -104,7 +106,6 @@ def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
 
 
 def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
-    import json
     versions = {k: v for k, v in VERSIONS.items() if k != "ch/new.py"}
     warnings, _ = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
                                    "torch.md": TORCH_PAGE,
