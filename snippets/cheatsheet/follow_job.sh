@@ -2,7 +2,7 @@
 # Submit a job, look at it while it waits or runs, and cancel it.
 jobid=$(sbatch --parsable --job-name=sleeper --time=00:05:00 --wrap="sleep 300")
 echo "submitted job $jobid"
-squeue --me --noheader --format="%j, job %i"  # your jobs: name and number
+squeue --me --name=sleeper --noheader --format="%j, job %i"  # your jobs called sleeper
 scontrol show job "$jobid" | grep -o "NumNodes=[0-9]*"
 scancel "$jobid"
 sleep 2                                       # Slurm takes a moment to end it
