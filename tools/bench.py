@@ -9,8 +9,10 @@ tests follow).
 """
 
 import argparse
+import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -61,14 +63,37 @@ def launches():
             print(f"2-rank hello world under {launcher}: {best:.2f} s")
 
 
+def cpu_by_program(log: Path, top: int = 12) -> None:
+    """The CPU seconds of the Python processes the tests started, summed by program (the
+    script a process ran, or its -m module), most first."""
+    totals: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        entry = json.loads(line)
+        argv = entry["argv"]
+        name = Path(argv[0]).name if argv and argv[0] not in ("-c", "-m", "") else "python -c/-m"
+        totals.setdefault(name, []).append(entry["cpu"])
+    everything = sum(sum(v) for v in totals.values())
+    print(f"CPU of the {sum(map(len, totals.values()))} Python processes the tests started: "
+          f"{everything:.0f} s")
+    for name, cpus in sorted(totals.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(f"  {sum(cpus):7.0f} s  {len(cpus):4d} processes  {name}")
+
+
 def suite():
     """`make test` with pytest's report of the 10 slowest tests."""
+    log = Path(tempfile.mkstemp(prefix="bench-cpu-", suffix=".jsonl")[1])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     done = subprocess.run(["make", "--no-print-directory", "test",
                            "PYTEST_ARGS=--durations=10 -q"],
                           cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, "PYTHONUNBUFFERED": "1",
+                               "SNIPPET_HARNESS_CPU_LOG": str(log)})
     wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(f"CPU of make test and the processes it waited for: {cpu:.0f} s")
+    cpu_by_program(log)
     out = done.stdout
     summary = out.strip().splitlines()[-1] if out.strip() else "(no output)"
     print(f"make test: {wall:.0f} s wall, exit code {done.returncode}: {summary}")

@@ -10,18 +10,26 @@ one the pages show. It does not touch CUDA_VISIBLE_DEVICES, which Slurm sets in 
 and some snippets print. SNIPPET_HARNESS_FAKE_GPUS=N (for the harness's own test)
 pretends that N GPUs are visible instead.
 
+With SNIPPET_HARNESS_CPU_LOG=file (``make bench``) each process appends its CPU seconds
+and its command line to that file when it exits, so that the bench can say which
+launches the suite's time goes to.
+
 It never imports torch itself: it waits until the program imports the module it
 changes, then changes it once that module has run.
 """
 
+import atexit
 import importlib.abc
 import importlib.util
+import json
 import os
+import resource
 import sys
 
 _RANKS_DIR = os.environ.get("SNIPPET_HARNESS_RANKS_DIR")
 _HIDE_GPUS = os.environ.get("SNIPPET_HARNESS_DEVICE") == "cpu"
 _FAKE_GPUS = int(os.environ.get("SNIPPET_HARNESS_FAKE_GPUS", "0"))
+_CPU_LOG = os.environ.get("SNIPPET_HARNESS_CPU_LOG")
 
 
 def _record(module):
@@ -66,3 +74,14 @@ if _RANKS_DIR:
     sys.meta_path.insert(0, _Finder("torch.distributed.distributed_c10d", _record))
 if _HIDE_GPUS or _FAKE_GPUS:
     sys.meta_path.insert(0, _Finder("torch.cuda", lambda m: _gpus(m, 0 if _HIDE_GPUS else _FAKE_GPUS)))
+
+
+def _account():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    line = json.dumps({"cpu": round(usage.ru_utime + usage.ru_stime, 3), "argv": sys.argv})
+    with open(_CPU_LOG, "a") as log:
+        log.write(line + "\n")
+
+
+if _CPU_LOG:
+    atexit.register(_account)

@@ -108,7 +108,8 @@ def main():
                 optimizer.step()
             average = loss.detach().clone()
             # Horovod: hvd.allreduce (which returns a new tensor; this works in place)
-            dist.all_reduce(average, op=dist.ReduceOp.AVG)
+            dist.all_reduce(average)  # the sum over all ranks, on every rank
+            average /= world_size  # their mean
             if rank == 0:
                 print(
                     f"epoch {epoch + 1}/{args.epochs}  "

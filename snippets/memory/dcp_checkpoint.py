@@ -137,7 +137,8 @@ def main():
         for epoch in range(state.epoch, args.epochs):
             loss = train_one_epoch(model, optimizer, loader, sampler, epoch, device)
             loss = torch.tensor(loss, device=device)
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+            dist.all_reduce(loss)  # the sum over all ranks, on every rank
+            loss /= world_size  # their mean
             state.epoch = epoch + 1
             path = args.checkpoints / f"epoch_{state.epoch}"
             dcp.save({"app": state}, checkpoint_id=path)  # every rank writes its shards

@@ -101,7 +101,8 @@ def train(config_file, dataset, device):
             engine.step()
             total += loss.item()
     loss = torch.tensor(total / len(loader), device=device)
-    dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+    dist.all_reduce(loss)  # the sum over all ranks, on every rank
+    loss /= world_size  # their mean
     everyone = [None] * world_size
     dist.all_gather_object(everyone, mine)
     # Gathering a stage-3 parameter is collective: every rank takes part

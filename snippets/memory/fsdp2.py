@@ -141,7 +141,8 @@ def main():
         loader = DataLoader(dataset, batch_size=batch, sampler=sampler)
         loss = train(model, optimizer, loader, sampler, device)
         loss = torch.tensor(loss, device=device)
-        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        dist.all_reduce(loss)  # the sum over all ranks, on every rank
+        loss /= world_size  # their mean
 
         params = list(model.parameters())
         state = [t for s in optimizer.state.values() for t in s.values()

@@ -111,7 +111,8 @@ def main():
                 local_state = optimizer.optim.state  # optim: Adam for this rank's share
             loss = train(model, optimizer, loader, sampler, device)
             loss = torch.tensor(loss, device=device)
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+            dist.all_reduce(loss)  # the sum over all ranks, on every rank
+            loss /= world_size  # their mean
             losses.append(loss.item())
             mine = held(model, local_state)
             everyone = [None] * world_size

@@ -149,7 +149,8 @@ def main():
                 first_grads = {n: full(p.grad) for n, p in model.named_parameters()}
             optimizer.step()
             loss = loss.detach()
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=mesh["dp"].get_group())
+            dist.all_reduce(loss, group=mesh["dp"].get_group())  # sum over the dp ranks
+            loss /= mesh["dp"].size()  # their mean
             history.append(loss.item())
             if rank == 0:
                 print(f"step {step}: loss {loss.item():.6f} "

@@ -116,7 +116,8 @@ def main():
                 train_one_epoch(model, loader, optimizer, scaler, device, dtype),
                 device=device,
             )
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+            dist.all_reduce(loss)  # the sum over all ranks, on every rank
+            loss /= dist.get_world_size()  # their mean
             if rank == 0:
                 scale = (
                     f", loss scale {scaler.get_scale():.0f}"

@@ -202,7 +202,8 @@ def train(args, device):
             step += 1
             if step % args.log_every == 0:
                 average = loss.detach().clone()
-                dist.all_reduce(average, op=dist.ReduceOp.AVG)
+                dist.all_reduce(average)  # the sum over all ranks, on every rank
+                average /= world_size  # their mean
                 if rank == 0:
                     print(f"epoch {epoch + 1}/{args.epochs}  "
                           f"step {step}/{total_steps}  loss {average.item():.4f}")
