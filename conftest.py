@@ -1,5 +1,6 @@
 """pytest configuration: markers, the CI skip policy, and process hygiene."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -89,6 +90,8 @@ def _only_compared(config, items):
 #: Seconds each test file took in the last run (pytest's cache): with several test
 #: processes, the slowest files start first, so that none is left to run alone at the end.
 FILE_SECONDS = "snippets/file-seconds"
+#: The same, as make bench last measured them, for a clone that has not run the tests yet.
+MEASURED_SECONDS = Path(__file__).parent / "tests" / "file_seconds.json"
 _seconds: dict[str, float] = {}
 
 
@@ -139,7 +142,7 @@ def pytest_collection_modifyitems(config, items):
         _only_compared(config, items)
     if config.getoption("claimed_by"):
         _claimed_by(config, items)
-    seconds = config.cache.get(FILE_SECONDS, {})
+    seconds = {**json.loads(MEASURED_SECONDS.read_text()), **config.cache.get(FILE_SECONDS, {})}
     files: dict[str, set[str]] = {}  # group: the files its tests are in
     for item in items:
         files.setdefault(_group(item.nodeid), set()).add(item.nodeid.split("::")[0])

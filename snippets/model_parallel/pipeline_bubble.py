@@ -22,6 +22,7 @@ FORWARD_SECONDS = 0.025
 ROWS_PER_MICROBATCH = 4
 MICROBATCHES = [2, 4, 8]
 DRAW_MICROBATCHES = 4
+TRIES = 3  # steps timed for each schedule and number of micro-batches
 SCHEDULES = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}
 
 events = []  # ("F" or "B", start, end) of every forward and backward this rank ran
@@ -164,10 +165,14 @@ def main():
         results = []
         for name, schedule_cls in SCHEDULES.items():
             for m in MICROBATCHES:
-                seconds, mine = timed_step(schedule_cls, m, device)
-                everyone = [None] * world
-                dist.all_gather_object(everyone, (seconds, mine))
-                results.append((name, m, everyone))
+                tries = []
+                for _ in range(TRIES):
+                    seconds, mine = timed_step(schedule_cls, m, device)
+                    everyone = [None] * world
+                    dist.all_gather_object(everyone, (seconds, mine))
+                    tries.append(everyone)
+                # the quickest try: a busy machine only ever adds time
+                results.append((name, m, min(tries, key=lambda e: max(s for s, _ in e))))
         if dist.get_rank() != 0:
             return
         print(f"{world} stages; per micro-batch a forward takes {FORWARD_SECONDS} s, "
