@@ -79,6 +79,12 @@ class Output:
     stderr: str
 
 
+#: The note gloo prints on stdout for each new group of processes in some releases
+#: (2.8.0), none in others: taken out of what a process printed, as it is not the
+#: snippet's output.
+GLOO_NOTE = re.compile(r"(?m)^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\..*\n")
+
+
 @dataclass
 class Result:
     script: Path
@@ -358,7 +364,8 @@ def run(
     for p, proc, (out, err) in zip(popens, procs, files):
         out.seek(0)
         err.seek(0)
-        outputs.append(Output(proc.name, p.returncode, out.read().decode(errors="replace"),
+        outputs.append(Output(proc.name, p.returncode,
+                              GLOO_NOTE.sub("", out.read().decode(errors="replace")),
                               err.read().decode(errors="replace")))
         out.close()
         err.close()
