@@ -79,10 +79,35 @@ class Output:
     stderr: str
 
 
-#: The note gloo prints on stdout for each new group of processes in some releases
-#: (2.8.0), none in others: taken out of what a process printed, as it is not the
-#: snippet's output.
-GLOO_NOTE = re.compile(r"(?m)^\[Gloo\] Rank \d+ is connected to \d+ peer ranks\..*\n")
+#: The note gloo prints on stdout for each new group of processes in some releases (2.8.0
+#: to 2.10.0), in pieces: "[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of
+#: connected peer ranks is : 1". Processes that share one stdout interleave the pieces.
+GLOO_NOTE_PIECES = ("Expected number of connected peer ranks is :", "[Gloo] Rank",
+                    "is connected to", "peer ranks.")
+#: What is left of a line that held only notes (or the end of one): their numbers, after
+#: a launcher's prefix.
+GLOO_NOTE_LEFT = re.compile(r"^(\[\w+\]:|\d+: )?[\d ]*$")
+
+
+def without_gloo_notes(text: str) -> str:
+    """``text`` without gloo's notes, which are not the snippet's output and which other
+    releases do not print: every line that holds nothing but their pieces and numbers
+    goes (in text with notes, so also a line of numbers alone), and so does an empty line
+    right after them."""
+    if GLOO_NOTE_PIECES[0] not in text:
+        return text
+    lines, after_note = [], False
+    for line in text.splitlines(keepends=True):
+        bare = line
+        for piece in GLOO_NOTE_PIECES:
+            bare = bare.replace(piece, "")
+        if (bare.strip() and GLOO_NOTE_LEFT.match(bare.rstrip("\n"))
+                or after_note and not line.strip()):  # or the end of a note's line
+            after_note = True
+            continue
+        lines.append(line)
+        after_note = False
+    return "".join(lines)
 
 
 @dataclass
@@ -365,7 +390,7 @@ def run(
         out.seek(0)
         err.seek(0)
         outputs.append(Output(proc.name, p.returncode,
-                              GLOO_NOTE.sub("", out.read().decode(errors="replace")),
+                              without_gloo_notes(out.read().decode(errors="replace")),
                               err.read().decode(errors="replace")))
         out.close()
         err.close()

@@ -16,7 +16,8 @@ that decides what may differ between two runs:
   always allowed on top of the tolerance.
 * What cannot be the same on two machines or two runs is masked before comparing:
   durations and speeds, ports, process and job ids, paths, this machine's host name,
-  source line numbers (:data:`MASKS`), and, for named output files only, the few
+  source line numbers, the release of torch and its virtual environment (:data:`MASKS`),
+  and, for named output files only, the few
   measured figures that follow from timing (:data:`VARYING`).
 * Runs of spaces count as one (columns are right-aligned to their widest figure).
 """
@@ -54,6 +55,9 @@ MASKS: list[tuple[str, str]] = [
     (r"\bline \d+\b", "line <n>"),
     # paths: a file named by its full path is named by its file name
     (r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)", r"\1"),
+    # the release of torch and the virtual environment it is in (make test TORCH=2.X.Y)
+    (r"\b(PyTorch|torch) \d+\.\d+\.\d+(\+\w+)?", r"\1 <release>"),
+    (r"\.venv-torch-\d+\.\d+\.\d+\b", ".venv"),
     # make says where it runs when a make started it, and shows how it creates .venv
     (r"(?m)^make\[\d+\]: (Entering|Leaving) directory .*\n", ""),
     (r"(?m)^(test -x \.venv|\.venv/bin/pip install|touch \.venv).*\n", ""),

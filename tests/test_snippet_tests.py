@@ -2,8 +2,12 @@
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
+import pytest
+
+from harness import torch_versions
 from harness.launch import ROOT, SNIPPETS
 
 
@@ -91,3 +95,65 @@ def test_every_snippet_has_a_gpu_test():
                 missing.append(f"{rel}: no multigpu test in {test.relative_to(ROOT)}"
                                + (" names it" if tests else ""))
     assert not missing, "\n".join(missing)
+
+
+#: The first lines of a script that needs a newer PyTorch than some readers have:
+#: NEEDS = "2.8", then a check that stops the script with one line on an older release.
+GUARD = re.compile(r'^NEEDS = "(\d+\.\d+)"', re.M)
+
+
+def guards() -> dict[str, str]:
+    """{snippet: the release its guard asks for} for every Python snippet with a guard."""
+    return {p.relative_to(SNIPPETS).as_posix(): m[1] for p in snippet_files()
+            if p.suffix == ".py" and (m := GUARD.search(p.read_text()))}
+
+
+#: Scripts whose range starts later than the release they need, and why.
+NEEDS_LESS = {
+    "memory/fsdp1.py": "its test compares it with fsdp2.py, which needs 2.10 on CPUs; "
+                       "FSDP1 itself runs on older releases, the page's advice for them",
+    "memory/dcp_to_torch.py": "its test converts the checkpoint dcp_checkpoint.py writes, "
+                              "which needs 2.10; the conversion itself is older",
+    "memory/memory_snapshot.py": "it runs from 2.10 on; its output, the profiler's byte "
+                                 "counts, differs between releases",
+    "troubleshooting/crash.py": "it crashes as intended on every release; torchrun's report "
+                                "of the crash, which the test reads, changed in 2.13",
+}
+
+
+def test_a_script_that_failed_on_an_older_release_asks_for_the_oldest_that_passed():
+    """A Python snippet whose tests failed on a release older than its tested range
+    (docs/_data/torch_versions.json) has a guard, and every guard asks for the first
+    release of the snippet's range: what the page says and what the script checks agree
+    (NEEDS_LESS lists the exceptions and why)."""
+    data, claims, found = torch_versions.load(), torch_versions.claims(), guards()
+    problems = []
+    for snippet, releases in sorted(data.items()):
+        claim = claims.get(snippet)
+        if not snippet.endswith(".py") or claim is None:
+            continue
+        wanted = ".".join(claim.split(".")[:2])
+        failed = [r for r, state in releases.items()
+                  if state == "failed" and torch_versions.key(r) < torch_versions.key(claim)]
+        if snippet in NEEDS_LESS:
+            continue
+        if snippet in found and found[snippet] != wanted:
+            problems.append(f"{snippet}: NEEDS = \"{found[snippet]}\", its range starts at {claim}")
+        elif failed and snippet not in found:
+            problems.append(f"{snippet}: failed on {', '.join(failed)}, has no NEEDS guard")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.older_torch
+@pytest.mark.parametrize("script", sorted(guards()))
+def test_on_an_older_pytorch_a_guarded_script_stops_at_once_with_one_line(script):
+    """Started on a release older than its guard asks for (the oldest one any snippet
+    claims, or this session's), the script prints one line and exits 2 before it
+    imports anything the old release lacks."""
+    needs = guards()[script]
+    result = torch_versions.run_on_older(script, needs=needs)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert re.fullmatch(rf"this script needs PyTorch >= {re.escape(needs)} "
+                        rf"\(found {re.escape(result.release)}(\+\w+)?\)\n",
+                        result.stderr), result.stderr

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-NEEDS = "2.6"  # fully_shard is public from PyTorch 2.6 on
+NEEDS = "2.10"  # FSDP2 on CPUs: 2.6 lacks what it needs, 2.8 sums gradients
 if torch.__version__ < NEEDS:  # compares as a version, not as text
     print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
           file=sys.stderr)

@@ -8,9 +8,17 @@ node, where GPUs are joined by fast links, and FSDP across the nodes.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
+
+NEEDS = "2.10"  # FSDP2 on CPUs: 2.6 lacks what it needs, 2.8 sums gradients
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn

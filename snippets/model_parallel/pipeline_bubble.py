@@ -11,9 +11,17 @@ stage first waits until its input has arrived on the GPU (see wait_for_input).
 """
 
 import os
+import sys
 import time
 
 import torch
+
+NEEDS = "2.8"  # before 2.8 a schedule sums the micro-batches' gradients
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -172,7 +180,8 @@ def main():
                     dist.all_gather_object(everyone, (seconds, mine))
                     tries.append(everyone)
                 # the quickest try: a busy machine only ever adds time
-                results.append((name, m, min(tries, key=lambda e: max(s for s, _ in e))))
+                quickest = min(tries, key=lambda e: max(seconds for seconds, _ in e))
+                results.append((name, m, quickest))
         if dist.get_rank() != 0:
             return
         print(f"{world} stages; per micro-batch a forward takes {FORWARD_SECONDS} s, "

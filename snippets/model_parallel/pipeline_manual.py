@@ -8,9 +8,17 @@ layers 0, 2 and 4, for three processes.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
+
+NEEDS = "2.8"  # before 2.8 a schedule sums the micro-batches' gradients
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe

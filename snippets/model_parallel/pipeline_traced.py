@@ -5,9 +5,17 @@ Run it with one process per stage:
 """
 
 import os
+import sys
 import time
 
 import torch
+
+NEEDS = "2.10"  # 2.8 and older cannot trace this model into stages
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import Schedule1F1B, SplitPoint, pipeline

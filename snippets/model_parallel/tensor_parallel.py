@@ -8,10 +8,18 @@ parallelism added, and counts the collectives of each phase.
 """
 
 import os
+import sys
 import time
 from collections import Counter
 
 import torch
+
+NEEDS = "2.8"  # 2.6 has no PrepareModuleInputOutput
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn

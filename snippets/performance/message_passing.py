@@ -7,9 +7,17 @@ processes from 2 works.
 """
 
 import os
+import sys
 import time
 
 import torch
+
+NEEDS = "2.13"  # gloo (CPUs) has all_to_all from 2.13 on
+if torch.__version__ < NEEDS:  # compares as a version, not as text
+    print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
+          file=sys.stderr)
+    sys.exit(2)
+
 import torch.distributed as dist
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch import EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids
+from harness.launch import (EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids,
+                            without_gloo_notes)
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -58,3 +59,24 @@ def test_every_launcher_starts_every_rank(launcher, nproc, nnodes):
     result = run(SCRIPTS / "silent.py", launcher=launcher, nproc=nproc, nnodes=nnodes, check=False)
     assert result.ok, result.report()
     assert result.ranks_started == {0, 1}
+
+
+NOTE = "[Gloo] Rank {} is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
+
+
+@pytest.mark.parametrize("printed", [
+    f"world size 2\n{NOTE.format(0)}\n{NOTE.format(1)}\nloss 0.5\n",
+    f"world size 2\n[default0]:{NOTE.format(0)}\n0: {NOTE.format(1)}\nloss 0.5\n",
+    # two processes on one stdout: the notes' pieces interleave, numbers left alone
+    "world size 2\n[Gloo] Rank [Gloo] Rank 01 is connected to is connected to 11 peer ranks. "
+    "peer ranks. Expected number of connected peer ranks is : Expected number of connected "
+    "peer ranks is : 1\n1\nloss 0.5\n",
+    f"{NOTE.format(0)}{NOTE.format(1)}\n\nworld size 2\nloss 0.5\n",
+])
+def test_gloo_notes_of_some_releases_are_not_part_of_the_output(printed):
+    assert without_gloo_notes(printed) == "world size 2\nloss 0.5\n"
+
+
+def test_output_without_gloo_notes_is_left_as_it_is():
+    printed = "rank 0 is connected to rank 1\n7\n"
+    assert without_gloo_notes(printed) == printed

@@ -34,6 +34,8 @@ def agree(expected, actual, tolerance=FP32, path=None):
     ("SKIPPED [1] tests/x/test_y.py:164: needs 2 GPUs", "SKIPPED [1] tests/x/test_y.py:162: needs 2 GPUs"),
     ("0: node 0\n", "srun: Step created for job 123\n0: node 0\n"),  # srun's notes
     ("0: node 0\n", "srun: Job 12 step creation temporarily disabled, retrying (x)\n0: node 0\n"),
+    ("PyTorch 2.13.0+cpu sees 0 GPUs", "PyTorch 2.8.0+cu128 sees 0 GPUs"),  # make test TORCH=
+    ("Python environment: .venv", "Python environment: .venv-torch-2.10.0"),
 ])
 def test_what_may_differ_between_two_machines_passes(expected, actual):
     assert agree(expected, actual)

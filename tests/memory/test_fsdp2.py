@@ -1,12 +1,9 @@
 """snippets/memory/fsdp2.py, shown on docs/memory/fsdp2.md."""
 
-import re
-
 import pytest
 
 from harness.launch import run
 from harness.outputs import BF16, check_output
-from harness.torch_versions import run_on_older
 from tests.memory.runs import (FSDP2_RUNS as RUNS, GPU_ATOL, PARAMETERS, assert_same_weights,
                                held_table, reference, saved, torchrun)
 
@@ -50,14 +47,3 @@ def test_on_two_gpus_offload_keeps_shards_on_the_cpu(tmp_path):
     assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET), atol=GPU_ATOL)
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
     assert sharding_line(2, "cuda") in result.stdout
-
-
-@pytest.mark.older_torch
-def test_on_a_pytorch_older_than_2_6_it_stops_at_once_with_one_line():
-    """fully_shard is public from PyTorch 2.6 on: started on the oldest release other
-    snippets claim, the script says what it needs instead of failing on an import."""
-    result = run_on_older("memory/fsdp2.py", needs="2.6")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout == ""
-    assert re.fullmatch(rf"this script needs PyTorch >= 2\.6 \(found {re.escape(result.release)}"
-                        r"(\+\w+)?\)\n", result.stderr), result.stderr

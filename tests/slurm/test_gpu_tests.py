@@ -24,7 +24,7 @@ def test_make_test_gpu_runs_in_the_job(tmp_path):
                  env={"UPDATE_OUTPUTS": "0"}, timeout=300)
     check_output(result)
     assert job_end(result)["state"] == "COMPLETED"
-    assert re.search(r"(?m)^\.venv/bin/pytest -m multigpu -q -rs$", result.stdout)
+    assert re.search(r"(?m)^\.venv(-torch-[\d.]+)?/bin/pytest -m multigpu -q -rs$", result.stdout)
     reasons = re.findall(r"^SKIPPED \[(\d+)\] \S+: (.*)$", result.stdout, re.M)
     skipped = int(re.search(r"^(\d+) skipped, \d+ deselected in ", result.stdout, re.M)[1])
     assert skipped > 0 and sum(int(n) for n, _ in reasons) == skipped
