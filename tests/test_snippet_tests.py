@@ -157,3 +157,12 @@ def test_on_an_older_pytorch_a_guarded_script_stops_at_once_with_one_line(script
     assert re.fullmatch(rf"this script needs PyTorch >= {re.escape(needs)} "
                         rf"\(found {re.escape(result.release)}(\+\w+)?\)\n",
                         result.stderr), result.stderr
+
+
+def test_ports_derived_from_the_job_id_stay_below_the_ephemeral_range():
+    """A port `A + SLURM_JOB_ID % M` stays below 32768, where Linux picks the ports of
+    outgoing connections (one of which may hold it: EADDRINUSE, seen in CI at 33268)."""
+    found = [(p.relative_to(SNIPPETS).as_posix(), int(a) + int(m) - 1)
+             for p in snippet_files()
+             for a, m in re.findall(r"(\d+) \+ SLURM_JOB_ID % (\d+)", p.read_text())]
+    assert found and all(top < 32768 for _, top in found), found
