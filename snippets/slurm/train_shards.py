@@ -5,7 +5,7 @@ with --data: the copy of the data set on its own node's local disk. Shard i goes
 rank i modulo the world size, so every process reads different samples and no
 sample is read twice. Started by srun (one task per GPU) or by torchrun.
 
-    python train_shards.py --make-shards DIR   # write the example data set (4 shards)
+    python train_shards.py --make-shards DIR   # write the example data set (16 shards)
 """
 
 import argparse
@@ -42,8 +42,9 @@ def parse_args():
     return parser.parse_args()
 
 
-def make_shards(folder, shards=4, per_shard=256):
-    """An example data set: 4 files of 256 labelled samples each."""
+def make_shards(folder, shards=16, per_shard=64):
+    """An example data set: 16 files of 64 labelled samples each (16 shares out evenly
+    among 1, 2, 4, 8 or 16 processes)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(0)

@@ -24,10 +24,6 @@ GPUS = PROFILE.gpus_per_node
 CPUS_PER_GPU = PROFILE.partition.cpus_per_gpu
 #: What Lmod prints when a module line fails (the job goes on without the module).
 LMOD_ERROR = "Lmod has detected the following error"
-#: Two tasks (and GPUs) per node instead of every GPU of a node: the jobs of the data-staging,
-#: hang and bandwidth pages run with 4 ranks on two nodes, the most this machine's cores
-#: carry for those jobs (they are not yet submitted with the profile's shape).
-TWO_PER_NODE = ("--ntasks-per-node=2", "--gpus-per-node=2")
 #: Makes the job's sruns say, on the job's standard error, how many CPUs each step asks for.
 SRUN_DEBUG = {"SLURM_DEBUG": "2"}
 

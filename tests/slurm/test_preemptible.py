@@ -1,9 +1,7 @@
 """snippets/slurm/preemptible.sbatch, shown on docs/slurm/preemption.md.
 
-Two copies of the job run side by side, with 2 tasks and 2 GPUs each: the one job script
-of the chapter still submitted with options on sbatch's command line (SMALLER), because
-two copies of 4 or 8 ranks each did not finish within the test's time limit on a 2-core
-machine shared with other work. One is left alone,
+Two copies of the job run side by side, as the page shows it: one task per GPU of one
+of the profile's nodes each. One is left alone,
 in the folder where one_node.sbatch ran before: the checkpoint.pt there holds another
 model, which this job must neither resume from nor overwrite. The other gets, while it
 trains, the signal that --signal=B:USR1@300 sends 5 minutes before the time limit (sent
@@ -23,14 +21,16 @@ import pytest
 
 from harness.outputs import check_output
 from harness.slurm import job_info, jobs_in
-from tests.slurm.jobs import (assert_same_training, checkpoint, job_end,
+from tests.slurm.jobs import (GPUS, assert_same_training, checkpoint, job_end,
                               losses, placement, submit)
 from tests.slurm.real_cluster import (GPU_ATOL, TIMEOUT, job_folder, on_the_gpu_cluster,
                                       real_cluster, real_one_node, submit_real)
 
 SCRIPT = "slurm/preemptible.sbatch"
-#: Two processes per job instead of one per GPU of a node.
-SMALLER = ("--ntasks-per-node=2", "--gpus-per-node=2")
+#: How far the resumed model may be from the uninterrupted one with more than 2 processes:
+#: DDP's first step after the restart sums gradients in its starting buckets, in another
+#: order than the uninterrupted run at that step (with 2, a + b == b + a: bit for bit).
+REBUCKET_ATOL = 1e-6
 
 
 def wait_until_training(workdir: Path, submitted: Future, timeout: float = 300) -> str:
@@ -87,10 +87,11 @@ def assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, 
 def test_a_signalled_job_saves_requeues_resumes_and_ends_as_if_never_stopped(tmp_path,
                                                                             one_node_job):
     job, reference, result = signal_one_of_two(
-        functools.partial(submit, world_size=2, sbatch_args=SMALLER),
+        functools.partial(submit, world_size=GPUS),
         one_node_job.workdir, tmp_path / "stopped", timeout=600)
     check_output(result)
-    assert_resumed_as_if_never_stopped(job, result, reference, one_node_job, 2)
+    assert_resumed_as_if_never_stopped(job, result, reference, one_node_job, GPUS,
+                                       atol=0.0 if GPUS <= 2 else REBUCKET_ATOL)
 
 
 @on_the_gpu_cluster(jobs=3)

@@ -1,9 +1,9 @@
 """snippets/slurm/stage_data.sbatch, shown on docs/slurm/data.md: copy a sharded data set
 to every node's local disk, once per node, and train from the copies on two nodes.
 
-Submitted as it is, with 2 tasks and 2 GPUs per node (world size 4 on the two simulated
-nodes), from a folder holding train_shards.py and the data set it writes
-(project/shards). The two simulated nodes share this machine's /tmp: the node's name in
+Submitted as the page shows it, with one task per GPU of the profile's nodes (world size
+8 on the two simulated nodes of the default profile), from a folder holding
+train_shards.py and the data set it writes (project/shards). The two simulated nodes share this machine's /tmp: the node's name in
 the local folder gives each its own, as the script says.
 """
 
@@ -14,9 +14,9 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
-from tests.slurm.jobs import TWO_PER_NODE, job_end, job_nodes, submit
+from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
 from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
-from tests.slurm.test_train_shards import assert_trained, make_shards, reads
+from tests.slurm.test_train_shards import SHARDS, assert_trained, make_shards, reads
 
 SCRIPT = "slurm/stage_data.sbatch"
 
@@ -30,7 +30,7 @@ def copies(stdout: str) -> list[tuple[str, int, str]]:
 def assert_staged_once_per_node_and_read_there(job, nodes: list[str], world_size: int):
     made = copies(job.stdout)
     assert sorted(node for node, _, _ in made) == sorted(nodes)  # one copy per node
-    assert all(n == 4 for _, n, _ in made)
+    assert all(n == len(SHARDS) for _, n, _ in made)
     local = {node: folder for node, _, folder in made}
     assert len(set(local.values())) == len(nodes)  # each node its own folder
     job_id = re.search(r"submitted batch job (\d+)", job.text)[1]
@@ -46,13 +46,13 @@ def assert_staged_once_per_node_and_read_there(job, nodes: list[str], world_size
 @pytest.mark.slurm
 def test_each_node_copies_the_shards_once_and_every_rank_reads_its_nodes_copy(tmp_path):
     make_shards(tmp_path)
-    job = submit(SCRIPT, files=("slurm/train_shards.py",), workdir=tmp_path, world_size=4,
-                 sbatch_args=TWO_PER_NODE)
+    job = submit(SCRIPT, files=("slurm/train_shards.py",), workdir=tmp_path,
+                 world_size=2 * GPUS)
     check_output(job)
     assert job_end(job)["state"] == "COMPLETED"
     assert job_nodes(job) == ["node1", "node2"]
-    assert_staged_once_per_node_and_read_there(job, ["node1", "node2"], 4)
-    assert [r[1] for r in reads(job.stdout)] == ["node1", "node1", "node2", "node2"]
+    assert_staged_once_per_node_and_read_there(job, ["node1", "node2"], 2 * GPUS)
+    assert [r[1] for r in reads(job.stdout)] == ["node1"] * GPUS + ["node2"] * GPUS
 
 
 @on_the_gpu_cluster()
@@ -61,7 +61,7 @@ def test_on_a_gpu_cluster(monkeypatch):
     cluster.use(monkeypatch)
     workdir = job_folder("stage_data")
     make_shards(workdir)
-    per_node = 2  # world size 2 or 4: the 4 shards share out evenly
+    per_node = 2  # world size 2 or 4: the 16 shards share out evenly
     job = submit_real(cluster, SCRIPT, files=("slurm/train_shards.py",), workdir=workdir,
                       world_size=cluster.nodes * per_node,
                       sbatch_args=cluster.shape(gpus_per_node=per_node))

@@ -14,6 +14,8 @@ import torch
 from harness.launch import run
 
 SNIPPET = "slurm/train_shards.py"
+#: The example data set: 16 shard files of 64 samples.
+SHARDS = [f"shard-{i:05d}.pt" for i in range(16)]
 
 
 def reads(stdout: str) -> list[tuple[int, str, int, list[str], str]]:
@@ -31,7 +33,7 @@ def epoch_losses(stdout: str) -> list[tuple[float, int]]:
 def make_shards(workdir, folder="project/shards"):
     """The example data set, written by the snippet as the page says."""
     made = run(SNIPPET, "--make-shards", folder, workdir=workdir)
-    assert made.stdout.startswith("wrote 4 shards of 256 samples")
+    assert made.stdout.startswith("wrote 16 shards of 64 samples")
     return sorted(p.name for p in (workdir / folder).iterdir())
 
 
@@ -40,7 +42,7 @@ def assert_trained(stdout: str, world_size: int) -> None:
     ranks = reads(stdout)
     assert [r[0] for r in ranks] == list(range(world_size))
     shards = [name for r in ranks for name in r[3]]
-    assert sorted(shards) == [f"shard-{i:05d}.pt" for i in range(4)]  # each once
+    assert sorted(shards) == SHARDS  # each once
     assert all(r[2] == 1024 // world_size for r in ranks)
     losses = epoch_losses(stdout)
     assert len(losses) == 3 and all(n == 1024 for _, n in losses)
@@ -48,12 +50,11 @@ def assert_trained(stdout: str, world_size: int) -> None:
 
 
 def test_each_rank_reads_its_own_shards(tmp_path):
-    assert make_shards(tmp_path) == [f"shard-{i:05d}.pt" for i in range(4)]
+    assert make_shards(tmp_path) == SHARDS
     result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
                  workdir=tmp_path)
     assert_trained(result.stdout, 2)
-    assert [r[3] for r in reads(result.stdout)] == [
-        ["shard-00000.pt", "shard-00002.pt"], ["shard-00001.pt", "shard-00003.pt"]]
+    assert [r[3] for r in reads(result.stdout)] == [SHARDS[0::2], SHARDS[1::2]]
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)
 
 

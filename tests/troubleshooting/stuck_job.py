@@ -22,7 +22,7 @@ from typing import Callable
 
 from harness.launch import BIN, Result, shared, snippet
 from harness.slurm import job_info, jobs_in
-from tests.slurm.jobs import TWO_PER_NODE, submit
+from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import (TIMEOUT, RealCluster, job_folder, login_environment,
                                       submit_real)
 
@@ -115,10 +115,9 @@ def hang_and_dump(submit: Callable[..., Result], workdir: Path, world_size: int,
 
 @shared
 def on_the_local_cluster() -> Stuck:
-    """The job on both nodes of the local cluster, 2 tasks each: world size 4. Run once
-    in the test session."""
-    return hang_and_dump(functools.partial(submit, sbatch_args=TWO_PER_NODE),
-                         Path(tempfile.mkdtemp(prefix="hang-")), 4)
+    """The job on both nodes of the local cluster, as the page shows it: one task per
+    GPU of the profile's nodes. Run once in the test session."""
+    return hang_and_dump(submit, Path(tempfile.mkdtemp(prefix="hang-")), 2 * GPUS)
 
 
 @functools.cache

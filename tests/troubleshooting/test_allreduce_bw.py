@@ -1,7 +1,7 @@
 """snippets/troubleshooting/allreduce_bw.sbatch and allreduce_bw.py, shown on
 docs/troubleshooting/bandwidth.md: the all-reduce bandwidth within a node, between
-nodes and over every process of a job, on both nodes of the local cluster with 2 tasks
-per node (gloo on localhost: the figures are those of the machine's memory, not of a
+nodes and over every process of a job, on both nodes of the local cluster as the page
+shows it, one task per GPU of the profile's nodes (gloo on localhost: the figures are those of the machine's memory, not of a
 network). The test checks what does not depend on the clock: the sizes, the numbers of
 processes and nodes, and busbw = algbw x 2(n-1)/n. On a GPU cluster, the same on its
 nodes.
@@ -12,7 +12,7 @@ import re
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import TWO_PER_NODE, submit
+from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 JOB = "troubleshooting/allreduce_bw.sbatch"
@@ -47,11 +47,12 @@ def assert_bus_bandwidth(table: dict, mib=MIB):
 
 @pytest.mark.slurm
 def test_within_a_node_between_nodes_and_every_process():
-    result = submit(JOB, *ARGS, files=(SCRIPT,), sbatch_args=TWO_PER_NODE, world_size=4)
+    result = submit(JOB, *ARGS, files=(SCRIPT,), world_size=2 * GPUS)
     check_output(result)
     found = tables(result.stdout)
-    assert [(t["n"], t["nodes"]) for t in found] == [(2, 1), (2, 2), (4, 2)]
-    assert [t["factor"] for t in found] == [1.0, 1.0, 1.5]
+    assert [(t["n"], t["nodes"]) for t in found] == [(GPUS, 1), (2, 2), (2 * GPUS, 2)]
+    assert [t["factor"] for t in found] == [2 * (GPUS - 1) / GPUS, 1.0,
+                                           2 * (2 * GPUS - 1) / (2 * GPUS)]
     for table in found:
         assert_bus_bandwidth(table)
 

@@ -7,6 +7,7 @@ node with srun --overlap and py-spy. On a GPU cluster, the same on its nodes.
 import pytest
 
 from harness.outputs import check_text
+from tests.slurm.jobs import GPUS
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.troubleshooting import stuck_job
 from tests.troubleshooting.stuck_job import SKIPPING_RANK
@@ -39,7 +40,7 @@ def assert_every_rank_found_and_one_elsewhere(stuck, nodes: list[str], per_node:
 @pytest.mark.slurm
 def test_every_rank_on_both_nodes_waits_in_the_all_reduce_but_rank_1():
     stuck = stuck_job.on_the_local_cluster()
-    assert_every_rank_found_and_one_elsewhere(stuck, ["node1", "node2"], 2)
+    assert_every_rank_found_and_one_elsewhere(stuck, ["node1", "node2"], GPUS)
     check_text(stuck.dump, DUMP)
 
 

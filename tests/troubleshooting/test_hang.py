@@ -1,6 +1,6 @@
 """snippets/troubleshooting/hang.sbatch and hang.py, shown on
 docs/troubleshooting/many_nodes.md: a job that hangs on purpose, on both nodes of the
-local cluster with 2 tasks per node; it is cancelled once dump_stacks.sh has seen every
+local cluster as the page shows it (one task per GPU); it is cancelled once dump_stacks.sh has seen every
 rank stuck (tests/troubleshooting/stuck_job.py). On a GPU cluster, the same on its nodes.
 """
 
@@ -10,7 +10,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_text
-from tests.slurm.jobs import job_end
+from tests.slurm.jobs import GPUS, job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.troubleshooting import stuck_job
 from tests.troubleshooting.common import check_errors, error_lines
@@ -38,7 +38,7 @@ def assert_hung_until_cancelled(stuck, world_size: int, steps: int = 5):
 @pytest.mark.slurm
 def test_the_job_hangs_until_cancelled_and_every_line_names_its_rank():
     stuck = stuck_job.on_the_local_cluster()
-    assert_hung_until_cancelled(stuck, 4)
+    assert_hung_until_cancelled(stuck, 2 * GPUS)
     check_text(by_rank(stuck.job.stdout), JOB)
 
 

@@ -4,8 +4,8 @@ docs/troubleshooting/many_nodes.md.
 On the local cluster, node2 is made to fail the memory test with the script's own
 --simulate-fault-on option (which flips one value of the test on that node's last
 process): the report names node2 and no other, and the same job submitted again with
---exclude=node2 runs on node1 alone and passes. Each node runs 2 processes (2 GPUs
-per node instead of 4). On a GPU cluster: every node of a job passes, and the same
+--exclude=node2 runs on node1 alone and passes. Each node runs one process per GPU of
+the profile's nodes, as the page shows the job. On a GPU cluster: every node of a job passes, and the same
 nodes with a simulated fault on the last one name that one.
 """
 
@@ -14,7 +14,7 @@ import re
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import job_end, job_nodes, submit
+from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 JOB = "troubleshooting/node_health.sbatch"
@@ -36,20 +36,18 @@ def failed(result) -> list[str]:
 
 @pytest.mark.slurm
 def test_the_report_names_the_broken_node_and_the_job_without_it_passes():
-    gpus = "--gpus-per-node=2"
-    broken = submit(JOB, "--simulate-fault-on", "node2", files=(SCRIPT,),
-                    sbatch_args=[gpus], check=False)
+    broken = submit(JOB, "--simulate-fault-on", "node2", files=(SCRIPT,), check=False)
     check_output(broken, "fault")
     assert job_end(broken)["state"] == "FAILED" and broken.returncode == 1
     assert report(broken) == {"node1": "OK", "node2": "FAIL"}
-    assert "node2: FAIL (2 processes on cpu, all-reduce, 64 MiB memory test each): " \
+    assert f"node2: FAIL ({GPUS} processes on cpu, all-reduce, 64 MiB memory test each): " \
            "memory test: 2 wrong values on cpu" in broken.stdout  # one per pattern
     bad = failed(broken)
     assert bad == ["node2"]
 
     # what the report says to do: the same job, without the bad node (and so on 1 node)
-    again = submit(JOB, "--simulate-fault-on", "node2", files=(SCRIPT,), world_size=2,
-                   sbatch_args=[gpus, f"--exclude={','.join(bad)}", "--nodes=1"])
+    again = submit(JOB, "--simulate-fault-on", "node2", files=(SCRIPT,), world_size=GPUS,
+                   sbatch_args=[f"--exclude={','.join(bad)}", "--nodes=1"])
     check_output(again, "exclude")
     assert job_end(again)["state"] == "COMPLETED"
     assert job_nodes(again) == ["node1"]
