@@ -285,16 +285,17 @@ COMPARED: set[str] = set()
 
 
 def check_text(actual: str, script: str | Path, variant: str | None = None,
-               tolerance: Tolerance = FP32) -> None:
+               tolerance: Tolerance = FP32, job: str | Path | None = None) -> None:
     """As :func:`check_output`, for text other than a run's stdout (error lines, a diff, a
     table the test builds from a run) shown from ``<script stem>[.variant].out``.
 
     ``script`` is a path, or a name relative to ``snippets/``. The pages show the runs of
     job scripts rendered for the default centre profile: under another profile
     (``CENTRE``), a job script's output is not compared (its test asserts what the job
-    did instead) and never recorded.
+    did instead) and never recorded; nor is what another script printed about a job
+    (``job``: that job's script).
     """
-    if centre.needs_rendering(snippet(script)) and not centre.load().is_default:
+    if centre.needs_rendering(snippet(job or script)) and not centre.load().is_default:
         assert os.environ.get("UPDATE_OUTPUTS") != "1", (
             "outputs are captured with the default centre profile: unset CENTRE")
         return

@@ -13,27 +13,30 @@ import pytest
 
 from harness.outputs import check_output
 from tests.cheatsheet.test_torchrun_logs import assert_log_files
-from tests.slurm.jobs import job_end, submit
+from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SNIPPET = "cheatsheet/debug.sbatch"
+#: The job asks for 2 GPUs; where the profile makes GPU jobs take whole nodes
+#: (--exclusive), Slurm gives it every GPU of the node, and torchrun starts one process each.
+RANKS = GPUS if PROFILE.exclusive else 2
 FILES = ("cheatsheet/ranks.py",)
 VARIABLES = ("CUDA_LAUNCH_BLOCKING=1\nNCCL_DEBUG=INFO\nTORCH_DISTRIBUTED_DEBUG=DETAIL\n"
              "TORCH_NCCL_ASYNC_ERROR_HANDLING=1\nTORCH_NCCL_BLOCKING_WAIT=1\n"
              "TORCH_SHOW_CPP_STACKTRACES=1\n")
 
 
-def assert_debugged_run(job) -> Path:
+def assert_debugged_run(job, ranks: int) -> Path:
     assert job.stdout == VARIABLES  # the processes' output went to their files
     assert job_end(job)["state"] == "COMPLETED"
-    return assert_log_files(job.workdir, 2)
+    return assert_log_files(job.workdir, ranks)
 
 
 @pytest.mark.slurm
 def test_the_ranks_run_with_every_debug_variable():
-    job = submit(SNIPPET, files=FILES, world_size=2)
+    job = submit(SNIPPET, files=FILES, world_size=RANKS)
     check_output(job)
-    assert_debugged_run(job)
+    assert_debugged_run(job, RANKS)
 
 
 @on_the_gpu_cluster()
@@ -41,6 +44,6 @@ def test_on_a_gpu_cluster():
     cluster = real_cluster()
     job = submit_real(cluster, SNIPPET, files=FILES, world_size=2,
                       sbatch_args=cluster.shape(tasks_per_gpu=False, nodes=1, gpus_per_node=2))
-    logs = assert_debugged_run(job)
+    logs = assert_debugged_run(job, 2)
     rank_0 = (logs / "0" / "stdout.log").read_text() + (logs / "0" / "stderr.log").read_text()
     assert "NCCL INFO NCCL version" in rank_0

@@ -85,6 +85,20 @@ def test_check_text_fails_with_the_line_and_the_figures(tmp_path):
         check_text("step 10 loss 0.5100\n", script)
 
 
+def test_what_a_script_prints_about_a_job_is_compared_for_the_default_profile_only(
+        tmp_path, monkeypatch):
+    script = tmp_path / "report.sh"  # no cluster lines of its own: not rendered
+    script.write_text("echo job done\n")
+    (tmp_path / "report.out").write_text("4 ranks done\n")
+    drifted = "8 ranks done\n"  # what a job of another profile's shape prints
+    with pytest.raises(AssertionError, match="has drifted"):
+        check_text(drifted, script, job="troubleshooting/hang.sbatch")
+    monkeypatch.setenv("CENTRE", "profiles/amd.toml")
+    check_text(drifted, script, job="troubleshooting/hang.sbatch")  # the job's: not compared
+    with pytest.raises(AssertionError, match="has drifted"):
+        check_text(drifted, script)  # the script's own output: compared under any profile
+
+
 def perturbed(number: str) -> str:
     """The number changed by more than any tolerance a test may declare."""
     if not re.search(r"[.eE]", number):

@@ -3,7 +3,8 @@ shown on docs/memory/deepspeed.md.
 
 One run per world size trains with every config file; the ds_config_*.json
 tests check each config's own claims on the same runs. The job script runs on the two
-simulated nodes of the local Slurm cluster with 2 processes each.
+simulated nodes of the local Slurm cluster as the page shows it, one process per GPU of
+the profile's nodes.
 """
 
 import pytest
@@ -12,7 +13,7 @@ from harness.outputs import check_text
 from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights,
                                deepspeed_gpu_run, deepspeed_run, deepspeed_tables,
                                needs_deepspeed, reference, saved, without_deepspeed_logs)
-from tests.slurm.jobs import submit
+from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SNIPPET = "memory/deepspeed_zero.py"
@@ -45,13 +46,13 @@ def test_torchrun(ranks):
 
 @pytest.mark.slurm
 def test_the_job_script_runs_zero3_on_two_nodes():
-    # 2 GPUs per node and 1 thread per process, as a reader edits the script for a
-    # smaller node: world size 4.
-    result = submit("memory/deepspeed_zero.sbatch", world_size=4, timeout=DS_TIMEOUT,
-                    files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"),
-                    sbatch_args=["--gpus-per-node=2", "--cpus-per-task=2"])
-    check_text(without_deepspeed_logs(result), SNIPPET, variant="slurm")
-    assert_every_config_trains_like_one_process(result, 4, configs=["ds_config_zero3.json"])
+    # as the page shows it: one process per GPU of both nodes of the profile
+    result = submit("memory/deepspeed_zero.sbatch", world_size=2 * GPUS, timeout=DS_TIMEOUT,
+                    files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"))
+    check_text(without_deepspeed_logs(result), SNIPPET, variant="slurm",
+               job="memory/deepspeed_zero.sbatch")
+    assert_every_config_trains_like_one_process(result, 2 * GPUS,
+                                                configs=["ds_config_zero3.json"])
 
 
 @pytest.mark.multigpu(2)

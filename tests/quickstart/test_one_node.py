@@ -2,7 +2,8 @@
 
 Submitted as it is, from a folder that holds train.py and a link to the tests' virtual
 environment as .venv, from a shell where no environment is active: one torchrun starts
-4 processes, which train and save the model. On a GPU cluster, the same with the GPUs of
+one process per GPU of the profile's nodes (4 for the default), which train and save the
+model. On a GPU cluster, the same with the GPUs of
 one node of the job the tests run in.
 """
 
@@ -15,7 +16,7 @@ import pytest
 from harness.launch import BIN, Result
 from harness.outputs import check_output
 from tests.quickstart.test_train import epoch_losses, held_out_accuracy, saved_model
-from tests.slurm.jobs import job_end, submit
+from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
 
 FILES = ("quickstart/train.py",)
@@ -47,10 +48,10 @@ def assert_trained(job: Result, processes: int, backend: str = "gloo on cpu") ->
 
 
 @pytest.mark.slurm
-def test_one_torchrun_trains_on_four_processes():
-    job = submit_quickstart("quickstart/one_node.sbatch", world_size=4)
+def test_one_torchrun_trains_on_a_process_per_gpu_of_the_node():
+    job = submit_quickstart("quickstart/one_node.sbatch", world_size=GPUS)
     check_output(job)
-    assert_trained(job, 4)
+    assert_trained(job, GPUS)
 
 
 @on_the_gpu_cluster()

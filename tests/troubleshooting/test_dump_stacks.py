@@ -41,7 +41,7 @@ def assert_every_rank_found_and_one_elsewhere(stuck, nodes: list[str], per_node:
 def test_every_rank_on_both_nodes_waits_in_the_all_reduce_but_rank_1():
     stuck = stuck_job.on_the_local_cluster()
     assert_every_rank_found_and_one_elsewhere(stuck, ["node1", "node2"], GPUS)
-    check_text(stuck.dump, DUMP)
+    check_text(stuck.dump, DUMP, job=stuck_job.JOB)  # the job's shape: the profile's
 
 
 @on_the_gpu_cluster()
