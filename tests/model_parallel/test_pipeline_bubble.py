@@ -14,13 +14,26 @@ from tests.performance.device_checks import check_barrier_names_the_gpu
 SNIPPET = "model_parallel/pipeline_bubble.py"
 STAGES = 2
 ROW = re.compile(r"^(GPipe|1F1B) +(\d+) +[\d.]+ s +([\d.]+)% +([\d.]+)% +(\d+)$", re.M)
-#: How far the measured idle share may be from (p-1)/(m+p-1): sending the activations
-#: and the barriers around each step add a little idle time, never much less.
-BELOW, ABOVE = 0.02, 0.12
+#: How far the measured idle share may fall below (p-1)/(m+p-1): a sleep lasts at
+#: least as long as asked, so only the clock's grain.
+BELOW = 0.02
 
 
 def formula(m):
     return (STAGES - 1) / (m + STAGES - 1)
+
+
+def no_overlap():
+    """The idle share if the stages never worked at the same time: (p-1)/p."""
+    return (STAGES - 1) / STAGES
+
+
+def ceiling(m):
+    """Sending the activations and the barriers around each step add idle time, and
+    on a busy machine (the suite runs other multi-process tests beside this one) as
+    much as 14 points were seen. The measured share must stay closer to the formula
+    than to stages that never overlap: that is what a pipeline is."""
+    return (formula(m) + no_overlap()) / 2
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +61,7 @@ def check_idle_follows_the_formula(table):
         assert measured == sorted(measured, reverse=True), (name, measured)
         for m, idle, expected, _ in rows:
             assert expected == pytest.approx(formula(m), abs=0.0005)
-            assert formula(m) - BELOW <= idle <= formula(m) + ABOVE, (name, m, idle)
+            assert formula(m) - BELOW <= idle < ceiling(m), (name, m, idle)
 
 
 def diagrams(stdout):
@@ -68,6 +81,13 @@ def test_output_matches_the_page(result):
 
 def test_measured_idle_time_falls_with_more_micro_batches_as_the_formula_says(table):
     check_idle_follows_the_formula(table)
+
+
+def test_the_check_fails_for_stages_that_take_turns():
+    """Stages that wait for each other's whole step leave (p-1)/p idle, whatever m."""
+    table = {name: [(m, no_overlap(), formula(m), m) for m in (2, 4, 8)] for name in ("GPipe", "1F1B")}
+    with pytest.raises(AssertionError):
+        check_idle_follows_the_formula(table)
 
 
 def test_1f1b_holds_fewer_micro_batches_than_gpipe(table):
