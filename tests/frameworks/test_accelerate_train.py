@@ -12,7 +12,7 @@ from harness.outputs import check_output
 from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
                                      rank_stdout, run_every_rank_saves, saved,
                                      without_deepspeed_noise)
-from tests.slurm.jobs import job_end, submit
+from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
                                       submit_real)
 
@@ -72,15 +72,14 @@ def test_without_cpu_true_processes_on_a_machine_without_gpus_train_alone(tmp_pa
 
 
 @pytest.mark.slurm
-def test_the_job_script_trains_on_two_nodes_as_four_processes_on_one():
-    # 2 GPUs per node, 1 thread per process: as a reader edits it for smaller nodes
-    job = submit("frameworks/accelerate_train.sbatch", files=(SNIPPET,), world_size=4,
-                 sbatch_args=["--gpus-per-node=2", "--cpus-per-task=2"])
+def test_the_job_script_trains_on_two_nodes_as_many_processes_on_one():
+    world = 2 * GPUS  # one process per GPU of two nodes
+    job = submit("frameworks/accelerate_train.sbatch", files=(SNIPPET,), world_size=world)
     check_output(without_deepspeed_noise(job), "slurm")
-    assert job.stdout.startswith("processes: 4, MULTI_CPU on cpu\n")  # printed once, not per node
+    assert job.stdout.startswith(f"processes: {world}, MULTI_CPU on cpu\n")  # once, not per node
     assert job.stdout.count("saved model.pt") == 1
     assert job_end(job)["state"] == "COMPLETED"
-    one_node = run(SNIPPET, launcher="torchrun", nproc=4)
+    one_node = run(SNIPPET, launcher="torchrun", nproc=world)
     ours = torch.load(job.workdir / "model.pt", weights_only=True)
     theirs = torch.load(one_node.workdir / "model.pt", weights_only=True)
     assert ours.keys() == theirs.keys()

@@ -9,7 +9,7 @@ import torch
 
 from harness.outputs import check_output, check_text
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
-from tests.frameworks.test_horovod_train import horovodrun_two_processes
+from tests.frameworks.test_horovod_train import horovodrun
 
 SNIPPET = "frameworks/ddp_from_horovod.py"
 
@@ -25,7 +25,7 @@ def test_the_ddp_translation_trains_exactly_as_horovod():
     check_output(ddp)
     assert ddp.stdout.startswith("2 processes, gloo backend, on cpu")
     assert "final parameters identical on all 2 processes" in ddp.stdout
-    horovod = horovodrun_two_processes()
+    horovod = horovodrun()
     assert losses(ddp.stdout) == losses(horovod.stdout) and len(losses(ddp.stdout)) == 3
 
     # Every rank of both runs held the same parameters; what rank 0 saved is what it held.

@@ -10,7 +10,7 @@ import torch
 
 from harness.outputs import check_output
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
-from tests.slurm.jobs import job_end, submit
+from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
                                       submit_real)
 
@@ -26,13 +26,13 @@ def horovod_built_with_mpi() -> bool:
 
 
 @functools.cache
-def horovodrun_two_processes():
+def horovodrun(processes=2):
     """What the page tells readers to run first: horovodrun with Horovod's Gloo controller."""
-    return run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2)
+    return run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=processes)
 
 
 def test_horovodrun_starts_two_processes_that_end_identical():
-    result = horovodrun_two_processes()
+    result = horovodrun()
     check_output(result)
     assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cpu")
     assert "final parameters identical on all 2 processes" in result.stdout
@@ -48,7 +48,7 @@ def test_mpirun_ends_with_the_parameters_of_horovodrun():
     check_output(result, "mpirun")
     assert result.stdout.startswith("2 processes, MPI controller, on cpu")
     params = assert_every_rank_holds_the_same(result, 2)
-    for a, b in zip(params, assert_every_rank_holds_the_same(horovodrun_two_processes(), 2)):
+    for a, b in zip(params, assert_every_rank_holds_the_same(horovodrun(), 2)):
         np.testing.assert_array_equal(a, b)
 
 
@@ -56,14 +56,15 @@ def test_mpirun_ends_with_the_parameters_of_horovodrun():
 def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
     if not horovod_built_with_mpi():
         pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
-    # 2 GPUs and 2 tasks on the node, 1 CPU each: as a reader edits it for a smaller node
-    result = submit("frameworks/horovod_train.sbatch", files=("frameworks/horovod_train.py",),
-                    sbatch_args=["--ntasks-per-node=2", "--gpus-per-node=2", "--cpus-per-task=1"])
+    result = submit("frameworks/horovod_train.sbatch", files=("frameworks/horovod_train.py",))
     check_output(result, "slurm")
-    assert result.stdout.startswith("2 processes, MPI controller, on cpu")
+    assert result.stdout.startswith(f"{GPUS} processes, MPI controller, on cpu")
     assert job_end(result)["state"] == "COMPLETED"
     saved = torch.load(result.workdir / "model.pt", weights_only=True)
-    expected = assert_every_rank_holds_the_same(horovodrun_two_processes(), 2)
+    # Open MPI adds the gradients up, as under mpirun; Gloo's order (horovodrun) differs
+    # from it in the last bits with 4 processes.
+    mpirun = run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=GPUS)
+    expected = assert_every_rank_holds_the_same(mpirun, GPUS)
     assert len(saved) == len(expected)
     for a, b in zip(saved.values(), expected):
         np.testing.assert_array_equal(a.numpy(), b)
