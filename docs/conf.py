@@ -45,12 +45,35 @@ myst_substitutions = {
     "gpus_two_nodes": 2 * _centre.gpus_per_node,
     "last_rank_two_nodes": 2 * _centre.gpus_per_node - 1,
     "last_local_rank": _centre.gpus_per_node - 1,
-    "gpu_request": (f"{_centre.partition.gpu_type}:{_centre.gpus_per_node}"
-                    if _centre.partition.gpu_type else str(_centre.gpus_per_node)),
+    "gpu_request": _centre.partition.gpu_request(),
     "cpus_per_gpu": _centre.partition.cpus_per_gpu,
     "account": _centre.account,
     "scratch": _centre.scratch,
     "module_line": "; ".join(_centre.setup) or "source .venv/bin/activate",
+}
+# The hardware page's script asks for the partition's GPU type and last feature, where
+# it has them (harness/profile.py); its sentences about them follow.
+_part, _gpus = _centre.partition, _centre.gpus_per_node
+_type, _feature = _part.gpu_type, (_part.features or ("",))[-1]
+myst_substitutions |= {
+    "hw_gpus": _gpus,
+    "hw_mem_node": 60 * _gpus,
+    "hw_type": (
+        f"`--gpus-per-node={_type}:{_gpus}` asks for {_gpus} GPUs of type `{_type}` on each "
+        f"node; `--gres=gpu:{_type}:{_gpus}` is the older spelling of the same request. "
+        + (f"On {_centre.name} every job names the type, as the other jobs of this chapter "
+           f"do." if _part.ask_type else
+           f"Without a type, `--gpus-per-node={_gpus}` takes {_gpus} GPUs of any type, as "
+           f"the other jobs of this chapter do.") if _type else
+        f"`--gpus-per-node={_gpus}` asks for {_gpus} GPUs on each node: the GPUs of "
+        f"{_centre.name} have no type to name. Where a cluster has several kinds, "
+        f"`--gpus-per-node=TYPE:{_gpus}` (or `--gres=gpu:TYPE:{_gpus}`) asks for one."),
+    "hw_feature": (
+        f"`--constraint={_feature}` keeps the job to nodes with the feature `{_feature}`."
+        if _feature else
+        f"The nodes of {_centre.name} have no features to ask for, so the script has no "
+        f"`--constraint` line. Where nodes have them, `--constraint=NAME` keeps the job to "
+        f"nodes with the feature `NAME`."),
 }
 
 try:  # the spell checker needs the enchant C library (Debian: libenchant-2-2)

@@ -16,8 +16,11 @@ script marks the places the profile may change:
     ``--ntasks-per-node`` (when ``T`` is ``gpu``), ``--cpus-per-task``, ``--mem``,
     ``--partition`` and ``--account`` are recomputed from the profile; lines the profile
     requires and the script lacks (``--partition`` when the GPU partition is not the
-    default one, ``--account`` when accounts are required, ``--exclusive``, ``--mem``)
-    are added at the end of the block.
+    default one, ``--account`` when accounts are required, ``--exclusive``, ``--mem``
+    unless the script asks for memory per GPU or per CPU) are added at the end of the
+    block. A ``--gpus-per-node`` that names a GPU type keeps naming the partition's type
+    (where it has one), and a ``--gres=gpu:...`` in its comment follows it; a
+    ``--constraint`` asks for the partition's last feature, and goes where it has none.
 ``#>environment`` ... ``#<environment``
     around the lines that set up the software environment (maybe none). A profile
     with ``[environment] setup`` lines replaces them; its network interface and CPU
@@ -57,12 +60,22 @@ class Partition:
     cpus_per_gpu: int
     mem_per_gpu: str
     gpu_type: str = ""
+    ask_type: bool = True
+    features: tuple[str, ...] = ()
     default: bool = False
     description: str = ""
 
     @property
     def mem_per_gpu_mb(self) -> int:
         return _megabytes(self.mem_per_gpu)
+
+    def gpu_request(self, gpus: int | None = None, typed: bool = False) -> str:
+        """The value of ``--gpus-per-node`` for ``gpus`` GPUs (default: the whole node):
+        with the GPU type where the partition's jobs name it, or where ``typed`` asks for
+        it and the GPUs have one."""
+        gpus = self.gpus_per_node if gpus is None else gpus
+        name = self.gpu_type and (self.ask_type or typed)
+        return f"{self.gpu_type}:{gpus}" if name else str(gpus)
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,11 @@ PARTITION_KEYS = {
     "mem_per_gpu": (str, True, None, 'memory a job may take per GPU, e.g. `"64G"` or `"60000"` (MB)'),
     "gpu_type": (str, False, "", "the GRES type of its GPUs, e.g. `\"a100\"` "
                  "(jobs then ask `--gpus-per-node=a100:4`); empty: no type"),
+    "ask_type": (bool, False, True, "false: jobs ask for GPUs by count alone although they "
+                 "have a type; only the script of the hardware page names the type"),
+    "features": (list, False, [], "the nodes' features (`sinfo -o %f`), e.g. "
+                 "`[\"a100\", \"ib\"]`; the hardware page's script asks for the last "
+                 "with `--constraint`"),
     "default": (bool, False, False, "true: jobs land here without `--partition`"),
     "description": (str, False, "", "one line for readers: what the partition is for"),
 }
@@ -222,7 +240,11 @@ def load(path: str | Path | None = None) -> Profile:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", part["name"]):
             raise ProfileError(f"{where}: {prefix}name is {part['name']!r}, "
                                f"expected a Slurm partition name")
-        partitions.append(Partition(**part))
+        bad = [f for f in part["features"] if not re.fullmatch(r"[A-Za-z0-9_.-]+", f)]
+        if bad:
+            raise ProfileError(f"{where}: {prefix}features has {bad[0]!r}, expected "
+                               f"Slurm feature names (letters, digits, _ . -)")
+        partitions.append(Partition(**part | {"features": tuple(part["features"])}))
     names = [p.name for p in partitions]
     if len(set(names)) != len(names):
         raise ProfileError(f"{where}: partitions: a partition name appears twice in {names}")
@@ -274,7 +296,7 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
         "mem": f"{int(number) * gpus}{unit}" if gpus else None,
     }
     if gpus:
-        values["gpus-per-node"] = f"{part.gpu_type}:{gpus}" if part.gpu_type else str(gpus)
+        values["gpus-per-node"] = part.gpu_request(gpus)
         if tasks == "gpu":
             values["ntasks-per-node"] = str(gpus)
         if tasks_per_node:
@@ -284,8 +306,17 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
         m = _SBATCH.match(line)
         if m:
             seen.add(m[2])
-            if values.get(m[2]) is not None and m[3] is not None:
+            if m[2] == "constraint":  # a feature: the partition's last, or none to ask
+                if not part.features:
+                    continue
+                line = _set_value(line, part.features[-1])
+            elif m[2] == "gpus-per-node" and gpus and m[3] and ":" in m[3]:  # names a type
+                line = _set_value(line, part.gpu_request(gpus, typed=True))
+            elif values.get(m[2]) is not None and m[3] is not None:
                 line = _set_value(line, values[m[2]])
+            if m[2] == "gpus-per-node" and m[5]:  # "or: --gres=gpu:..." in its comment
+                value = _SBATCH.match(line)[3]
+                line = re.sub(r"--gres=gpu:[\w.:-]+", f"--gres=gpu:{value}", line)
         out.append(line)
     wanted = []
     if not part.default:
@@ -294,8 +325,8 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
         wanted.append(("account", profile.account))
     if gpus and profile.exclusive:
         wanted.append(("exclusive", None))
-    if gpus and profile.ask_memory:
-        wanted.append(("mem", values["mem"]))
+    if gpus and profile.ask_memory and not seen & {"mem-per-gpu", "mem-per-cpu"}:
+        wanted.append(("mem", values["mem"]))  # the three exclude one another
     out += [f"#SBATCH --{key}" + (f"={value}" if value is not None else "")
             for key, value in wanted if key not in seen]
     return out

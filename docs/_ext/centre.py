@@ -25,10 +25,6 @@ def _markdown(directive, lines):
     return node.children
 
 
-def _gpus(part) -> str:
-    return f"{part.gpu_type}:{part.gpus_per_node}" if part.gpu_type else str(part.gpus_per_node)
-
-
 class CentreSummary(Directive):
     def run(self):
         env = self.state.document.settings.env
@@ -38,7 +34,7 @@ class CentreSummary(Directive):
         lines = ["| Partition | GPUs per node | CPU cores per GPU | Memory per GPU | "
                  "Ask with | What for |", "| --- | --- | --- | --- | --- | --- |"]
         for part in p.partitions:
-            ask = f"`--gpus-per-node={_gpus(part)}`"
+            ask = f"`--gpus-per-node={part.gpu_request()}`"
             if not part.default:
                 ask = f"`--partition={part.name}` {ask}"
             lines.append(f"| `{part.name}`{' (default)' if part.default else ''} | "

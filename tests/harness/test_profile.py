@@ -57,6 +57,10 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
      r"partitions\[0\]\.gpus_per_node is True, expected an integer$"),
     (lambda t: t.replace("setup = []", 'setup = "module load x"'),
      r"environment\.setup is 'module load x', expected a list$"),
+    (lambda t: t.replace('features = ["a100", "ib"]', 'features = "ib"'),
+     r"partitions\[0\]\.features is 'ib', expected a list$"),
+    (lambda t: t.replace('features = ["a100", "ib"]', 'features = ["a100&ib"]'),
+     r"partitions\[0\]\.features has 'a100&ib', expected Slurm feature names "),
     # A negative or zero count.
     (lambda t: t.replace("gpus_per_node = 4", "gpus_per_node = -4"),
      r"partitions\[0\]\.gpus_per_node is -4, expected a whole number of at least 1$"),
@@ -158,6 +162,27 @@ def test_two_partitions_ask_for_memory_of_the_first():
     assert "#SBATCH --gpus-per-node=a100:4\n#SBATCH --cpus-per-task=7\n" in text
     assert "#SBATCH --mem=250000M\n" in text
     assert "--partition" not in text  # ml is the cluster's default partition
+
+
+def test_the_hardware_script_asks_for_the_partitions_type_and_feature_where_it_has_them():
+    """A request that names a GPU type names the profile's (its --gres spelling in the
+    comment too), --constraint asks for the last feature and goes without one, and a
+    script that asks for memory per GPU gets no --mem besides."""
+    def render(name):
+        return profile.render_file(SNIPPETS / "slurm" / "hardware.sbatch",
+                                   profile.load(ROOT / "profiles" / f"{name}.toml"))
+    h100 = render("h100")
+    assert "#SBATCH --gpus-per-node=h100:4    # or: --gres=gpu:h100:4\n" in h100
+    assert "#SBATCH --constraint=ib           # only nodes" in h100
+    amd = render("amd")
+    assert "#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-node=8         # or: --gres=gpu:8\n" in amd
+    assert "--constraint" not in amd  # its nodes have no features
+    twin = render("two_partitions")
+    assert "#SBATCH --mem-per-gpu=60G" in twin and "--mem=" not in twin  # they exclude
+    # The default partition has a type its other jobs do not name.
+    default = profile.load(ROOT / "profiles" / "default.toml")
+    assert default.partition.gpu_request() == "4"
+    assert default.partition.gpu_request(typed=True) == "a100:4"
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -1,10 +1,11 @@
 """snippets/slurm/hardware.sbatch, shown on docs/slurm/hardware.md: a GPU type, a node
 feature, the whole node and host memory per GPU.
 
-The local cluster's nodes have 4 GPUs of type a100 and the features a100 and ib
-(tools/local-slurm/start), so the script is submitted as it is. ``--qos`` is not in it:
-without a Slurm accounting database, as on the local cluster, Slurm accepts any QOS name
-and applies none, so a test could not tell whether it worked.
+The local cluster's nodes have the GPU type and the features of the centre profile's
+partition (tools/local-slurm/start; the default's: a100, and a100 and ib), so the script
+is submitted as the page shows it for that profile. ``--qos`` is not in it: without a
+Slurm accounting database, as on the local cluster, Slurm accepts any QOS name and
+applies none, so a test could not tell whether it worked.
 """
 
 import os
@@ -14,10 +15,15 @@ import subprocess
 import pytest
 
 from harness.outputs import check_output
-from tests.slurm.jobs import job_end, submit
+from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SCRIPT = "slurm/hardware.sbatch"
+PART = PROFILE.partition
+#: What the local cluster's nodes are given when the profile names no GPU type.
+LOCAL_TYPE = PART.gpu_type or "a100"
+#: A GPU type and feature that no node of the local cluster has.
+MISSING = "b200"
 
 
 def recorded(stdout: str) -> dict[str, str]:
@@ -34,26 +40,33 @@ def seen(stdout: str) -> tuple[str, int, str, int, str]:
 
 
 @pytest.mark.slurm
-def test_the_job_gets_four_a100s_on_a_whole_ib_node_with_60_gb_per_gpu():
+def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_for():
+    """The default profile: 4 a100 GPUs on a whole ib node, 60 GB per GPU (the page's
+    output); another profile: its type (if any) and last feature (if any)."""
     job = submit(SCRIPT, files=())
     check_output(job)
     assert job_end(job)["state"] == "COMPLETED"
     got = recorded(job.stdout)
-    assert got["TresPerNode"] == "gres:gpu:a100:4"  # the type was recorded with the count
-    assert got["Features"] == "ib"
+    typed = f"{PART.gpu_type}:" if PART.gpu_type else ""
+    assert got["TresPerNode"] == f"gres:gpu:{typed}{GPUS}"  # the type, with the count
+    assert got["Features"] == (PART.features[-1] if PART.features else "(null)")
     assert got["MemPerTres"] == f"gres:gpu:{60 * 1024}"  # MB per GPU
-    assert got["NumCPUs"] == "32"  # --exclusive: every core of the node, not 4
-    assert "ib" in got["ActiveFeatures"].split(",") and got["Gres"] == "gpu:a100:4"
+    node_cpus = GPUS * PART.cpus_per_gpu
+    assert got["NumCPUs"] == str(node_cpus)  # --exclusive: every core of the node
+    assert got["ActiveFeatures"].split(",") == (list(PART.features) or ["(null)"])
+    assert got["Gres"] == f"gpu:{LOCAL_TYPE}:{GPUS}"
     node, gpus, visible, cpus, mem = seen(job.stdout)
     assert node in ("node1", "node2")
-    assert (gpus, visible, cpus, mem) == (4, "0,1,2,3", 32, str(60 * 1024))
+    assert (gpus, visible, cpus, mem) == (
+        GPUS, ",".join(map(str, range(GPUS))), node_cpus, str(60 * 1024))
 
 
 @pytest.mark.slurm
 def test_a_gpu_type_or_feature_the_cluster_lacks_is_rejected_at_submission():
-    for option, error in (("--gpus-per-node=h100:4", "Requested node configuration is not "
-                                                      "available"),
-                          ("--constraint=h100", "Invalid feature specification")):
+    assert MISSING not in (LOCAL_TYPE, *PART.features)
+    for option, error in ((f"--gpus-per-node={MISSING}:{GPUS}",
+                           "Requested node configuration is not available"),
+                          (f"--constraint={MISSING}", "Invalid feature specification")):
         job = submit(SCRIPT, files=(), sbatch_args=[option], check=False, timeout=60)
         assert job.returncode != 0, option
         assert f"sbatch: error: Batch job submission failed: {error}" in job.text, job.text
