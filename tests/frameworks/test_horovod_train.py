@@ -26,9 +26,15 @@ def horovod_built_with_mpi() -> bool:
 
 
 @functools.cache
-def horovodrun(processes=2):
+def horovodrun():
     """What the page tells readers to run first: horovodrun with Horovod's Gloo controller."""
-    return run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=processes)
+    return run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2)
+
+
+@functools.cache
+def mpirun(processes: int):
+    """The script under mpirun (Horovod's MPI controller), once per number of processes."""
+    return run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=processes)
 
 
 def test_horovodrun_starts_two_processes_that_end_identical():
@@ -44,7 +50,7 @@ def test_horovodrun_starts_two_processes_that_end_identical():
 def test_mpirun_ends_with_the_parameters_of_horovodrun():
     if not horovod_built_with_mpi():
         pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
-    result = run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=2)
+    result = mpirun(2)
     check_output(result, "mpirun")
     assert result.stdout.startswith("2 processes, MPI controller, on cpu")
     params = assert_every_rank_holds_the_same(result, 2)
@@ -63,8 +69,7 @@ def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
     saved = torch.load(result.workdir / "model.pt", weights_only=True)
     # Open MPI adds the gradients up, as under mpirun; Gloo's order (horovodrun) differs
     # from it in the last bits with 4 processes.
-    mpirun = run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=GPUS)
-    expected = assert_every_rank_holds_the_same(mpirun, GPUS)
+    expected = assert_every_rank_holds_the_same(mpirun(GPUS), GPUS)
     assert len(saved) == len(expected)
     for a, b in zip(saved.values(), expected):
         np.testing.assert_array_equal(a.numpy(), b)
