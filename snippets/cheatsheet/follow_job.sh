@@ -5,5 +5,8 @@ echo "submitted job $jobid"
 squeue --me --name=sleeper --noheader --format="%j, job %i"  # your jobs called sleeper
 scontrol show job "$jobid" | grep -o "NumNodes=[0-9]*"
 scancel "$jobid"
-sleep 2                                       # Slurm takes a moment to end it
+for _ in {1..60}; do                          # Slurm takes a moment to end it
+    scontrol show job "$jobid" | grep -qE "JobState=(PENDING|RUNNING|COMPLETING)" || break
+    sleep 1
+done
 scontrol show job "$jobid" | grep -o "JobState=[A-Z]*"
