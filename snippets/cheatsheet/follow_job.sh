@@ -6,7 +6,8 @@ squeue --me --name=sleeper --noheader --format="%j, job %i"  # your jobs called 
 scontrol show job "$jobid" | grep -o "NumNodes=[0-9]*"
 scancel "$jobid"
 for _ in {1..60}; do                          # Slurm takes a moment to end it
-    scontrol show job "$jobid" | grep -qE "JobState=(PENDING|RUNNING|COMPLETING)" || break
+    state=$(scontrol show job "$jobid" | grep -o "JobState=[A-Z]*")
+    [[ $state =~ PENDING|RUNNING|COMPLETING ]] || break
     sleep 1
 done
 scontrol show job "$jobid" | grep -o "JobState=[A-Z]*"
