@@ -32,8 +32,9 @@ REQUIRE_ALL = os.environ.get("REQUIRE_ALL") == "1"
 
 def pytest_addoption(parser):
     parser.addoption("--only-compared", action="store_true",
-                     help="run only the tests that compared a captured output in the last "
-                          "full run (e.g. again with ATEN_CPU_CAPABILITY=default)")
+                     help="run only the tests that compared a captured output with "
+                          "floating-point figures in the last full run (e.g. again with "
+                          "ATEN_CPU_CAPABILITY=default)")
     parser.addoption("--claimed-by", metavar="RELEASE",
                      help="run only the tests of the snippets whose oldest tested PyTorch "
                           "release is RELEASE (docs/_data/torch_versions.json), and the tests "
@@ -76,7 +77,8 @@ def gpu_count() -> int:
 
 
 def _only_compared(config, items):
-    """Keep only the tests that compared an output in the last run that recorded them."""
+    """Keep only the tests that compared an output with floating-point figures in the last
+    run that recorded them."""
     compared = {line for f in _compared_dir(config).glob("*.txt")
                 for line in f.read_text().splitlines() if line}
     if not compared:

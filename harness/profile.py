@@ -165,6 +165,8 @@ VENDORS = ("nvidia", "amd")
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
                dict: "a table"}
 _MEM = re.compile(r"^(\d+)([KMGT]?)$")
+#: A Slurm partition or node feature name.
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def _megabytes(mem: str) -> int:
@@ -237,10 +239,10 @@ def load(path: str | Path | None = None) -> Profile:
         if not _MEM.match(part["mem_per_gpu"]):
             raise ProfileError(f"{where}: {prefix}mem_per_gpu is {part['mem_per_gpu']!r}, "
                                f"expected megabytes or a number with K, M, G or T, e.g. \"64G\"")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", part["name"]):
+        if not _NAME.fullmatch(part["name"]):
             raise ProfileError(f"{where}: {prefix}name is {part['name']!r}, "
                                f"expected a Slurm partition name")
-        bad = [f for f in part["features"] if not re.fullmatch(r"[A-Za-z0-9_.-]+", f)]
+        bad = [f for f in part["features"] if not _NAME.fullmatch(f)]
         if bad:
             raise ProfileError(f"{where}: {prefix}features has {bad[0]!r}, expected "
                                f"Slurm feature names (letters, digits, _ . -)")

@@ -247,6 +247,11 @@ def unavailable_reason() -> str | None:
     return None
 
 
+#: What the local cluster calls its GPUs when the profile names no type (a GRES type is
+#: needed for a typed request such as ``--gpus-per-node=a100:4``).
+LOCAL_GPU_TYPE = "a100"
+
+
 def cluster_shape(profile: centre.Profile) -> dict[str, str]:
     """tools/local-slurm/start's settings for a cluster shaped like ``profile``'s first
     partition: its GPUs per node (as GRES of its type), their features, CPUs and memory
@@ -254,7 +259,7 @@ def cluster_shape(profile: centre.Profile) -> dict[str, str]:
     every partition name of the profile (the first is the default), and debug."""
     part = profile.partition
     return {"LOCAL_SLURM_GPUS": str(part.gpus_per_node),
-            "LOCAL_SLURM_GPU_TYPE": part.gpu_type,
+            "LOCAL_SLURM_GPU_TYPE": part.gpu_type or LOCAL_GPU_TYPE,
             "LOCAL_SLURM_FEATURES": ",".join(part.features),
             "LOCAL_SLURM_CPUS": str(part.gpus_per_node * part.cpus_per_gpu),
             "LOCAL_SLURM_MEMORY": str(int(part.gpus_per_node * part.mem_per_gpu_mb)),

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.launch import SNIPPETS
-from harness.outputs import (FP32, LOOSEST, WITHOUT_FIGURES, Tolerance, check_text,
-                             differences, mask, tokens)
+from harness.outputs import (COMPARED, FP32, LOOSEST, WITHOUT_FIGURES, Tolerance, check_text,
+                             differences, has_floats, mask, tokens)
 
 OUTPUTS = sorted(SNIPPETS.rglob("*.out"))
 BF16 = Tolerance(rtol=5e-3, why="bf16 keeps 8 bits of mantissa")
@@ -83,6 +83,24 @@ def test_check_text_fails_with_the_line_and_the_figures(tmp_path):
     check_text("step 10 loss 0.5003\n", script)
     with pytest.raises(AssertionError, match=r"line 1: 0\.5000 became 0\.5100"):
         check_text("step 10 loss 0.5100\n", script)
+
+
+def test_only_outputs_with_floating_point_figures_are_compared_again_on_other_kernels(
+        tmp_path, monkeypatch):
+    """--only-compared reruns a test whose output has a float; words and integers alone,
+    or a float masked as a duration, are compared exactly by the first run and left out."""
+    assert has_floats("epoch 3  loss 0.2897\n")
+    assert not has_floats("world size 4: ranks 0-3 on node2\n")
+    assert not has_floats("done in 3.21 s\n")  # a duration, masked
+    script = tmp_path / "demo.py"
+    script.write_text("print('done')\n")
+    for output, rerun in (("step 10 loss 0.5000\n", True), ("step 10 of 12\n", False)):
+        test_id = f"tests/demo.py::test_{rerun}"
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"{test_id} (call)")
+        (tmp_path / "demo.out").write_text(output)
+        check_text(output, script)
+        assert (test_id in COMPARED) == rerun
+        COMPARED.discard(test_id)
 
 
 def test_what_a_script_prints_about_a_job_is_compared_for_the_default_profile_only(

@@ -15,13 +15,14 @@ import subprocess
 import pytest
 
 from harness.outputs import check_output
+from harness.slurm import LOCAL_GPU_TYPE
 from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SCRIPT = "slurm/hardware.sbatch"
 PART = PROFILE.partition
-#: What the local cluster's nodes are given when the profile names no GPU type.
-LOCAL_TYPE = PART.gpu_type or "a100"
+#: The GRES type of the local cluster's GPUs.
+LOCAL_TYPE = PART.gpu_type or LOCAL_GPU_TYPE
 #: A GPU type and feature that no node of the local cluster has.
 MISSING = "b200"
 
@@ -47,8 +48,7 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
     check_output(job)
     assert job_end(job)["state"] == "COMPLETED"
     got = recorded(job.stdout)
-    typed = f"{PART.gpu_type}:" if PART.gpu_type else ""
-    assert got["TresPerNode"] == f"gres:gpu:{typed}{GPUS}"  # the type, with the count
+    assert got["TresPerNode"] == f"gres:gpu:{PART.gpu_request(typed=True)}"  # type and count
     assert got["Features"] == (PART.features[-1] if PART.features else "(null)")
     assert got["MemPerTres"] == f"gres:gpu:{60 * 1024}"  # MB per GPU
     node_cpus = GPUS * PART.cpus_per_gpu

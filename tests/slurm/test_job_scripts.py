@@ -1,4 +1,5 @@
-"""What every job script of the guide must do, read from the scripts themselves.
+"""What every job script of the guide must do, read from the scripts themselves, and
+what the local Slurm cluster, shaped like the centre profile, says of each.
 
 From Slurm 22.05 to 23.02, srun does not inherit sbatch's --cpus-per-task: each task
 that srun starts is given one core, whatever the job asked for, unless the script
@@ -8,9 +9,11 @@ test_anatomy_torchrun.py.
 """
 
 import re
+import subprocess
 
 import pytest
 
+from harness import profile as centre
 from harness.launch import SNIPPETS
 
 #: A command line that runs srun (continuation lines joined): srun as a command, before
@@ -46,3 +49,43 @@ def test_every_srun_passes_on_the_cores_per_task(path):
         assert exported_before or "--cpus-per-task" in srun[0], (
             f"{path.name}: this srun gives each task one core on Slurm 22.05 to 23.02: "
             f"{srun[0].strip()}")
+
+
+def sbatch_test_only(text: str, folder) -> subprocess.CompletedProcess:
+    """``sbatch --test-only`` of a job script: when and where Slurm would start it."""
+    (folder / "job.sbatch").write_text(text)
+    return subprocess.run(["sbatch", "--test-only", "job.sbatch"], cwd=folder,
+                          capture_output=True, text=True, timeout=60)
+
+
+#: Every job script of the guide.
+JOB_SCRIPTS = sorted(SNIPPETS.glob("*/*.sbatch"))
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("path", JOB_SCRIPTS, ids=lambda p: p.relative_to(SNIPPETS).as_posix())
+def test_slurm_would_start_every_job_script_as_the_page_shows_it(path, tmp_path):
+    """``sbatch --test-only``: the job script, rendered for the centre profile, asks for
+    what a cluster of that shape has (partition, GPUs of its type, cores, memory, node
+    features), so Slurm would schedule it; a request the nodes cannot meet is refused.
+    The scripts' own tests then submit them and check what they did."""
+    check = sbatch_test_only(centre.render_file(path), tmp_path)
+    assert check.returncode == 0, f"{path.name}: {check.stderr.strip()}"
+    where = re.search(r"^sbatch: Job \d+ to start at \S+ using \d+ processors on nodes? "
+                      r"(\S+) in partition (\S+)$", check.stderr, re.M)
+    assert where, check.stderr
+    assert re.fullmatch(r"node[12]|node\[1-2\]", where[1]), check.stderr
+    assert where[2] == centre.load().partition.name, check.stderr
+
+
+@pytest.mark.slurm
+def test_a_job_that_no_node_can_hold_is_refused(tmp_path):
+    """The check above can fail: one GPU more per node than the nodes have."""
+    part = centre.load().partition
+    asked, more = (f"--gpus-per-node={part.gpu_request(n)}\n"
+                   for n in (part.gpus_per_node, part.gpus_per_node + 1))
+    text = centre.render_file(SNIPPETS / "slurm/one_node.sbatch")
+    assert asked in text
+    check = sbatch_test_only(text.replace(asked, more), tmp_path)
+    assert check.returncode != 0
+    assert "Requested node configuration is not available" in check.stderr, check.stderr
