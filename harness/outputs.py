@@ -309,16 +309,17 @@ def check_text(actual: str, script: str | Path, variant: str | None = None,
             "outputs are captured with the default centre profile: unset CENTRE")
         return
     path = output_path(snippet(script), variant)
+    captured = path.read_text() if path.exists() else None
     current = os.environ.get("PYTEST_CURRENT_TEST")
-    if current and path.exists() and has_floats(path.read_text(), path):
+    if current and captured is not None and has_floats(captured, path):
         COMPARED.add(current.rsplit(" (", 1)[0])
     if os.environ.get("UPDATE_OUTPUTS") == "1":
         assert os.environ.get(DEVICE_ENV) == "cpu", (
             f"{path.name}: the pages show CPU runs; a test with GPUs never rewrites them")
         path.write_text(actual)
         return
-    assert path.exists(), f"{path} is missing: run `make outputs` to capture it"
-    problems = differences(path.read_text(), actual, path, tolerance)
+    assert captured is not None, f"{path} is missing: run `make outputs` to capture it"
+    problems = differences(captured, actual, path, tolerance)
     if problems:
         name = path.relative_to(SNIPPETS) if path.is_relative_to(SNIPPETS) else path
         raise AssertionError(

@@ -15,14 +15,14 @@ import subprocess
 import pytest
 
 from harness.outputs import check_output
-from harness.slurm import LOCAL_GPU_TYPE
+from harness.slurm import cluster_shape
 from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SCRIPT = "slurm/hardware.sbatch"
 PART = PROFILE.partition
 #: The GRES type of the local cluster's GPUs.
-LOCAL_TYPE = PART.gpu_type or LOCAL_GPU_TYPE
+LOCAL_TYPE = cluster_shape(PROFILE)["LOCAL_SLURM_GPU_TYPE"]
 #: A GPU type and feature that no node of the local cluster has.
 MISSING = "b200"
 

@@ -26,13 +26,20 @@ def asks_for_cpus_per_task(text: str) -> bool:
     return bool(re.search(r"^#SBATCH\s+(--cpus-per-task|-c)\b", text, re.M))
 
 
-#: Every job script that asks for cores per task and starts tasks with srun.
-SCRIPTS = [path for path in sorted(SNIPPETS.glob("*/*.sbatch"))
+#: Every job script of the guide.
+JOB_SCRIPTS = sorted(SNIPPETS.glob("*/*.sbatch"))
+#: Those that ask for cores per task and start tasks with srun.
+SCRIPTS = [path for path in JOB_SCRIPTS
            if asks_for_cpus_per_task(path.read_text()) and SRUN.search(path.read_text())]
 
 
+def name(path) -> str:
+    """A job script's test id: its path under snippets/."""
+    return path.relative_to(SNIPPETS).as_posix()
+
+
 def test_the_scripts_with_srun_and_cores_per_task_are_all_found():
-    assert {path.relative_to(SNIPPETS).as_posix() for path in SCRIPTS} >= {
+    assert {name(path) for path in SCRIPTS} >= {
         "slurm/anatomy.sbatch", "slurm/anatomy_torchrun.sbatch", "slurm/environment.sbatch",
         "slurm/multi_node.sbatch", "slurm/multi_node_torchrun.sbatch",
         "slurm/one_node.sbatch", "slurm/preemptible.sbatch", "slurm/tasks_vs_gpus.sbatch",
@@ -40,7 +47,7 @@ def test_the_scripts_with_srun_and_cores_per_task_are_all_found():
         "memory/deepspeed_zero.sbatch", "performance/scaling.sbatch"}
 
 
-@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.relative_to(SNIPPETS).as_posix())
+@pytest.mark.parametrize("path", SCRIPTS, ids=name)
 def test_every_srun_passes_on_the_cores_per_task(path):
     text = path.read_text().replace("\\\n", " ")
     export = EXPORT.search(text)
@@ -58,12 +65,9 @@ def sbatch_test_only(text: str, folder) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-#: Every job script of the guide.
-JOB_SCRIPTS = sorted(SNIPPETS.glob("*/*.sbatch"))
-
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("path", JOB_SCRIPTS, ids=lambda p: p.relative_to(SNIPPETS).as_posix())
+@pytest.mark.parametrize("path", JOB_SCRIPTS, ids=name)
 def test_slurm_would_start_every_job_script_as_the_page_shows_it(path, tmp_path):
     """``sbatch --test-only``: the job script, rendered for the centre profile, asks for
     what a cluster of that shape has (partition, GPUs of its type, cores, memory, node
