@@ -40,8 +40,9 @@ $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	# DeepSpeed compiles its CPU communication operator on first use (about a minute of
-	# CPU, cached in ~/.cache/torch_extensions): once here, not inside the first test.
-	$(BIN)/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
+	# CPU, cached in ~/.cache/torch_extensions): once here, not inside the first test, and
+	# with the venv's ninja, which the tests' runs and jobs find first on their PATH.
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
 	touch $@
 else
 # Releases other than the pin come from the registry as CUDA builds (with their nvidia-*

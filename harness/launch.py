@@ -319,6 +319,22 @@ def _expected_ranks(name: str, nproc: int, nnodes: int) -> int | None:
     return nproc if name == "torchrun" else nproc * nnodes
 
 
+def shell(activate: bool = True) -> dict[str, str]:
+    """PATH and VIRTUAL_ENV of a shell where the tests' virtual environment is active, or not.
+
+    ``source .venv/bin/activate`` puts the environment's bin folder first on the
+    PATH; a fresh login shell has no trace of it. Every run starts as from a shell where
+    it is active, like the Slurm jobs whose module line activates it: the programs a
+    snippet's libraries look up on the PATH are the same in both (DeepSpeed compiles its
+    CPU operator with the first ``ninja``, once per ``ninja``, into one shared cache).
+    """
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and Path(d) != BIN]
+    if activate:
+        return {"VIRTUAL_ENV": str(BIN.parent), "PATH": os.pathsep.join([str(BIN), *path])}
+    return {"VIRTUAL_ENV": "", "PATH": os.pathsep.join(path)}
+
+
 def run(
     script: str | Path,
     *args: str,
@@ -359,6 +375,7 @@ def run(
     run_id = uuid.uuid4().hex
     base_env = {
         **os.environ,
+        **shell(),
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE_DIR), os.environ.get("PYTHONPATH")])),

@@ -31,7 +31,7 @@ if __name__ == "__main__":  # run as `python harness/slurm.py`: import the packa
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from harness import profile as centre
-from harness.launch import BIN, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc, launcher
+from harness.launch import BIN, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc, launcher, shell
 
 LOCAL_SLURM = ROOT / "tools" / "local-slurm"
 POLL_SECONDS = 0.5
@@ -133,19 +133,6 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- Launchers ----------------------------------------------------------------------------
 
-def _shell(activate: bool) -> dict[str, str]:
-    """PATH and VIRTUAL_ENV of a shell where the tests' virtual environment is active, or not.
-
-    ``source .venv/bin/activate`` puts the environment's bin folder first on the
-    PATH; a fresh login shell has no trace of it.
-    """
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep)
-            if d and Path(d) != BIN]
-    if activate:
-        return {"VIRTUAL_ENV": str(BIN.parent), "PATH": os.pathsep.join([str(BIN), *path])}
-    return {"VIRTUAL_ENV": "", "PATH": os.pathsep.join(path)}
-
-
 @launcher("sbatch")
 def _sbatch(l: Launch) -> list[Proc]:
     """``sbatch [OPTIONS] script.sbatch [ARGS]`` from the run's directory, followed to the end.
@@ -170,7 +157,7 @@ def _sbatch(l: Launch) -> list[Proc]:
     else:
         copy = Path(shutil.copy(l.script, l.workdir))
     script = copy.name if submit_dir is None else os.path.relpath(copy, submit_dir)
-    env = _shell(l.options.get("activate", True)) | module_env(profile, l.workdir)
+    env = shell(l.options.get("activate", True)) | module_env(profile, l.workdir)
     argv = [sys.executable, str(Path(__file__).resolve()), "submit", "--",
             *l.options.get("sbatch_args", ()), script, *l.args]
     if submit_dir is not None:
@@ -189,7 +176,7 @@ def _srun(l: Launch) -> list[Proc]:
     ``srun python train.py``).
     """
     script = shutil.copy(l.script, l.workdir)
-    env = _shell(l.options.get("activate", True))
+    env = shell(l.options.get("activate", True))
     if l.options.get("master"):
         env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(l.port)}
     argv = ["srun", f"--nodes={l.nnodes}", f"--ntasks-per-node={l.nproc}",

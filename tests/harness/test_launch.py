@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch import (EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids,
+from harness.launch import (BIN, EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids,
                             without_gloo_notes)
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -51,6 +51,15 @@ def test_a_run_that_prints_nothing_fails():
 def test_ranks_that_never_join_a_process_group_fail_the_run():
     with pytest.raises(AssertionError, match=r"ranks \[0, 1\] never joined"):
         run(SCRIPTS / "no_process_group.py", launcher="env", nproc=2)
+
+
+def test_a_run_finds_the_programs_of_the_venv_first_as_a_job_does():
+    """As from a shell where the venv is active, like the Slurm jobs: DeepSpeed then
+    compiles its CPU operator with the same ninja in both, and only once (each ninja
+    rebuilds what the other one built)."""
+    programs = ("ninja", "python", "torchrun")
+    result = run(SCRIPTS / "which.py", *programs, world_size=0)
+    assert result.stdout == "".join(f"{name} {BIN / name}\n" for name in programs)
 
 
 @pytest.mark.parametrize("launcher, nproc, nnodes", [

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from harness.outputs import check_output
-from harness.slurm import _shell
+from harness.launch import shell
 from tests.slurm.jobs import job_end, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
@@ -38,7 +38,7 @@ def test_without_the_virtual_environment_there_is_no_torch():
 @on_the_gpu_cluster()
 def test_on_a_gpu_cluster():
     cluster = real_cluster()
-    python3 = shutil.which("python3", path=_shell(activate=False)["PATH"])
+    python3 = shutil.which("python3", path=shell(activate=False)["PATH"])
     if python3 and subprocess.run([python3, "-c", "import torch"], capture_output=True,
                                   timeout=300).returncode == 0:
         pytest.skip(f"{python3}, found without the virtual environment, has torch here")
