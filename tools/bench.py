@@ -80,10 +80,20 @@ def cpu_by_program(log: Path, top: int = 12) -> None:
         print(f"  {sum(cpus):7.0f} s  {len(cpus):4d} processes  {name}")
 
 
+def machine_cpu() -> tuple[float, float]:
+    """Seconds of CPU this machine has been busy and idle since it started, all cores
+    (/proc/stat): what every process used, Slurm's jobs and the browser included."""
+    ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks[:8]) - idle) / hz, idle / hz
+
+
 def suite():
     """`make test` with pytest's report of the 10 slowest tests."""
     log = Path(tempfile.mkstemp(prefix="bench-cpu-", suffix=".jsonl")[1])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_before, idle_before = machine_cpu()
     start = time.monotonic()
     done = subprocess.run(["make", "--no-print-directory", "test",
                            "PYTEST_ARGS=--durations=10 -q"],
@@ -91,12 +101,17 @@ def suite():
                           env={**os.environ, "PYTHONUNBUFFERED": "1",
                                "SNIPPET_HARNESS_CPU_LOG": str(log)})
     wall = time.monotonic() - start
+    busy_after, idle_after = machine_cpu()
     measured = json.loads((ROOT / ".pytest_cache/v/snippets/file-seconds").read_text())
     (ROOT / "tests/file_seconds.json").write_text(json.dumps(measured, indent=0, sort_keys=True)
                                                   + "\n")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     print(f"CPU of make test and the processes it waited for: {cpu:.0f} s")
+    busy, idle = busy_after - busy_before, idle_after - idle_before
+    print(f"CPU of the whole machine meanwhile (Slurm's jobs included): {busy:.0f} s busy, "
+          f"{idle:.0f} s idle: {100 * busy / (busy + idle):.0f} % of {os.cpu_count()} cores, "
+          f"so at least {busy / os.cpu_count():.0f} s of wall time on them")
     cpu_by_program(log)
     out = done.stdout
     summary = out.strip().splitlines()[-1] if out.strip() else "(no output)"
