@@ -65,7 +65,6 @@ def sbatch_test_only(text: str, folder) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-
 @pytest.mark.slurm
 @pytest.mark.parametrize("path", JOB_SCRIPTS, ids=name)
 def test_slurm_would_start_every_job_script_as_the_page_shows_it(path, tmp_path):
