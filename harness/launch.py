@@ -161,14 +161,18 @@ SHARED_RUNS = "SNIPPET_HARNESS_SHARED_RUNS"
 def shared(fn):
     """Like ``functools.cache``, but across the processes of one test session (the
     workers of ``pytest -n``): the first process to call ``fn(*args)`` runs it, the
-    others wait for it and read its result. Without the session's folder, a plain cache."""
+    others wait for it and read its result. Without the session's folder, a plain cache.
+
+    The device mode of the calling test (DEVICE_ENV: "cpu", or unset in a multigpu
+    test) is part of the key: on a GPU node a CPU test and a GPU test never share a run."""
     kept = {}
 
     @functools.wraps(fn)
     def cached(*args):
-        if args not in kept:
-            kept[args] = _shared_call(fn, args)
-        return kept[args]
+        key = (os.environ.get(DEVICE_ENV), args)
+        if key not in kept:
+            kept[key] = _shared_call(fn, args)
+        return kept[key]
 
     return cached
 
@@ -177,7 +181,8 @@ def _shared_call(fn, args):
     folder = os.environ.get(SHARED_RUNS)
     if not folder:
         return fn(*args)
-    key = hashlib.sha256(repr((fn.__module__, fn.__qualname__, args)).encode()).hexdigest()[:32]
+    key = repr((fn.__module__, fn.__qualname__, os.environ.get(DEVICE_ENV), args))
+    key = hashlib.sha256(key.encode()).hexdigest()[:32]
     path = Path(folder) / f"{key}.pickle"
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on an error

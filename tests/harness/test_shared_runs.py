@@ -1,9 +1,10 @@
 """harness.launch.shared: a run that tests in several processes check happens once."""
 
+import os
 import subprocess
 import sys
 
-from harness.launch import ROOT, SHARED_RUNS
+from harness.launch import DEVICE_ENV, ROOT, SHARED_RUNS, shared
 
 CALLER = """\
 import sys, time
@@ -46,3 +47,22 @@ def test_without_the_session_folder_each_process_runs_its_own(tmp_path, monkeypa
     outputs, calls = callers(tmp_path, 2)
     assert calls == ["a", "a", "b", "b"]
     assert [out[0] for out in outputs] == ["0", "1"]
+
+
+def test_a_cpu_test_and_a_gpu_test_never_share_a_run(tmp_path, monkeypatch):
+    """On a GPU node a CPU test's run is not a GPU test's run, whichever comes first."""
+    calls = []
+
+    def cache():  # what one test process has: its own cache, the session's folder
+        def device_of_run(name):
+            calls.append(os.environ.get(DEVICE_ENV))
+            return os.environ.get(DEVICE_ENV)
+        return shared(device_of_run)
+
+    first, second = cache(), cache()
+    monkeypatch.setenv(SHARED_RUNS, str(tmp_path))
+    monkeypatch.setenv(DEVICE_ENV, "cpu")  # a test not marked multigpu
+    assert first("a") == "cpu" and second("a") == "cpu"
+    monkeypatch.delenv(DEVICE_ENV)  # a multigpu test
+    assert second("a") is None and first("a") is None
+    assert calls == ["cpu", None]  # each device's run once
