@@ -28,7 +28,7 @@ help:
 	@echo "                (CENTRE=profiles/x.toml: for that centre's cluster, also for make test)"
 	@echo "make test       run every test this machine can run"
 	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
-	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation)"
+	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation); report in gpu-report/"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
 	@echo "make spelling   spell-check the pages (en_GB)"
 	@echo "make linkcheck  check internal links"
@@ -76,8 +76,10 @@ test: $(STAMP)
 	@$(CHECK_CENTRE)
 	$(BIN)/pytest -m "not extras" $(PARALLEL) $(PYTEST_ARGS)
 
+# The report of the run (harness/gpu_report.py): GPU_REPORT/report.md and report.json.
+GPU_REPORT ?= gpu-report
 test-gpu: $(STAMP)
-	$(BIN)/pytest -m multigpu $(PYTEST_ARGS)
+	$(BIN)/pytest -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
 
 test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)

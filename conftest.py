@@ -16,6 +16,8 @@ from harness.launch import (DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, 
                             kill_tagged)
 from harness.outputs import COMPARED
 
+pytest_plugins = ["harness.gpu_report"]  # --gpu-report=DIR: the report of a GPU run
+
 MARKERS = {
     "multigpu(n)": "needs at least n CUDA GPUs (run with `make test-gpu` in a GPU allocation)",
     "slurm": "submits job scripts to the local Slurm cluster (tools/local-slurm)",

@@ -18,8 +18,9 @@ the build's doctree folder, under ``rendered/``.
 
 Under each snippet, "Tested with PyTorch A to B": the releases its tests passed on, from
 the file the test runs write (``snippets_torch_versions``, harness/torch_versions.py);
-near the top of each page, the releases every snippet of the page passed on. A snippet
-that uses PyTorch (its text names torch) and has no entry there fails the build.
+near the top of each page, the releases every snippet of the page passed on, and which of
+them have run on GPUs, on which GPUs and when (``snippets_gpu_runs``, harness/gpu_report.py).
+A snippet that uses PyTorch (its text names torch) and has no entry there fails the build.
 """
 
 import json
@@ -34,6 +35,7 @@ from sphinx.directives.code import LiteralInclude, container_wrapper
 from sphinx.util import logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the guide's top folder
+from harness.gpu_report import ran_on_gpus  # noqa: E402
 from harness.torch_versions import key as _key, tested_range  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -144,7 +146,7 @@ class Snippet(LiteralInclude):
             return []
         node = nodes.paragraph("", f"Tested with {_range_text(*found)}.",
                                classes=["snippet-torch"])
-        node["oldest"], node["newest"] = found
+        node["oldest"], node["newest"], node["path"] = *found, path
         return [node]
 
 
@@ -175,7 +177,28 @@ def page_range(app, doctree):
         text = ("The scripts on this page were tested with different releases of PyTorch: "
                 "each says its own range.")
     title.parent.insert(title.parent.index(title) + 1,
-                        nodes.paragraph("", text, classes=["page-torch"]))
+                        nodes.paragraph("", text + " " + gpu_text(app.env, doctree),
+                                        classes=["page-torch"]))
+
+
+def gpu_text(env, doctree) -> str:
+    """Which of the page's scripts have run on GPUs, on which and when: from the record
+    of GPU runs, and "not yet" for the others."""
+    path = Path(env.srcdir) / env.config.snippets_gpu_runs
+    env.note_dependency(str(path))
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    paths = sorted({n["path"] for n in doctree.findall(nodes.paragraph)
+                    if "snippet-torch" in n["classes"]})
+    ran = {p: record[p] for p in paths if ran_on_gpus(record.get(p))}
+    if not ran:
+        return "They have not run on GPUs yet."
+    runs = {}
+    for p, run in ran.items():
+        runs.setdefault((run["gpus"], run["torch"], run["date"]), []).append(Path(p).name)
+    text = "; ".join(f"{', '.join(names)} on {gpus} with PyTorch {torch} ({date})"
+                     for (gpus, torch, date), names in sorted(runs.items()))
+    rest = "" if len(ran) == len(paths) else " The other scripts have not run on GPUs yet."
+    return f"Run on GPUs: {text}.{rest}"
 
 
 def purge(app, env, docname):
@@ -227,6 +250,7 @@ def setup(app):
     app.add_directive("snippet", Snippet)
     app.add_directive("snippet-output", SnippetOutput)
     app.add_config_value("snippets_torch_versions", "_data/torch_versions.json", "env")
+    app.add_config_value("snippets_gpu_runs", "_data/gpu_runs.json", "env")
     app.connect("doctree-read", page_range)
     app.connect("env-purge-doc", purge)
     app.connect("env-merge-info", merge)

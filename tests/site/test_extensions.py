@@ -103,6 +103,19 @@ def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
     # the page: the releases both passed on, under its title, before the text
     assert re.search(r"Two scripts.{0,20} Tested with PyTorch 2\.8\.0 to 2\.13\.0: .* Text\.", text)
     assert text.count("Tested with") == 3  # no range for the script without torch
+    assert "They have not run on GPUs yet." in text  # no record of GPU runs
+
+
+def test_each_page_says_which_of_its_scripts_ran_on_gpus(tmp_path):
+    run = {"date": "2026-11-26", "gpus": "1 × NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130",
+           "passed": 2, "failed": 0, "skipped": 1}
+    gpu_runs = {"ch/old.py": run, "ch/new.py": {**run, "failed": 1}}  # new.py failed there
+    _, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"), "torch.md": TORCH_PAGE,
+                              "_data/torch_versions.json": json.dumps(VERSIONS),
+                              "_data/gpu_runs.json": json.dumps(gpu_runs)}, TORCH_SNIPPETS)
+    text = re.sub(r"<[^>]+>|\s+", " ", (out / "torch.html").read_text())
+    assert ("Run on GPUs: old.py on 1 × NVIDIA H100 80GB HBM3 with PyTorch 2.11.0+cu130 "
+            "(2026-11-26). The other scripts have not run on GPUs yet.") in text
 
 
 def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
