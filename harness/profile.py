@@ -352,7 +352,7 @@ def render(text: str, profile: Profile | None = None, where: str = "job script")
     profile = profile or load()
     if not has_markers(text):
         raise ProfileError(f"{where}: no '#>cluster' marker: a job script marks its cluster "
-                           f"lines (README, 'Add a page, a snippet and its test')")
+                           f"lines (CONTRIBUTING.md, 'Add a page, a snippet and its test')")
     out: list[str] = []
     block: list[str] | None = None
     kind = args = ""
