@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -120,11 +121,14 @@ def main():
     dist.init_process_group(backend)
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
+        # All ranks, on this device. Without mesh=, fully_shard takes the accelerator
+        # PyTorch was built for (CUDA, say), even where no GPU is visible.
+        mesh = init_device_mesh(device.type, (world_size,))
         torch.manual_seed(0)
         model = Net().to(device)
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         optimizer = torch.optim.Adam(model.parameters(), lr=LR)
         state = AppState(model, optimizer)
 

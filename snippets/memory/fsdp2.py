@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                      get_model_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy,
                                     OffloadPolicy, fully_shard)
 from torch.distributed.tensor import DTensor
@@ -66,7 +67,7 @@ def make_dataset():
     return TensorDataset(x, y)
 
 
-def shard(model, bf16, offload):
+def shard(model, mesh, bf16, offload):
     """Wrap each block, then the root: one all-gather per block, not one for all."""
     mp = MixedPrecisionPolicy()  # default: compute in the parameters' dtype
     if bf16:
@@ -77,8 +78,9 @@ def shard(model, bf16, offload):
         cpu = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     for block in model.blocks:
         # True: free the gathered block after forward, gather it again in backward
-        fully_shard(block, mp_policy=mp, offload_policy=cpu, reshard_after_forward=True)
-    fully_shard(model, mp_policy=mp, offload_policy=cpu)  # the root: the head, the rest
+        fully_shard(block, mesh=mesh, mp_policy=mp, offload_policy=cpu,
+                    reshard_after_forward=True)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=cpu)  # the root
     return model
 
 
@@ -121,8 +123,11 @@ def main():
     dist.init_process_group(backend)
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
+        # All ranks, on the device chosen above. Without mesh=, fully_shard takes the
+        # accelerator PyTorch was built for (CUDA, say), even where no GPU is visible.
+        mesh = init_device_mesh(device.type, (world_size,))
         torch.manual_seed(0)
-        model = shard(Net().to(device), args.bf16, args.offload)
+        model = shard(Net().to(device), mesh, args.bf16, args.offload)
         # Create the optimiser after sharding, so that it holds the shards
         optimizer = torch.optim.Adam(model.parameters(), lr=LR)
         weight = model.blocks[0].ff[0].weight

@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                      get_optimizer_state_dict,
                                                      set_model_state_dict,
                                                      set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -141,9 +142,12 @@ def build_sharded(device):
     """Build on meta, shard, then allocate this rank's shards and initialise them."""
     with torch.device("meta"):
         model = Net()  # shapes only: no memory, however large the model
+    # All ranks, on this device. Without mesh=, fully_shard takes the accelerator
+    # PyTorch was built for (CUDA, say), even where no GPU is visible.
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     model.to_empty(device=device)  # allocates this rank's shards, uninitialised
     torch.manual_seed(0)  # the same seed on every rank
     for module in model.modules():

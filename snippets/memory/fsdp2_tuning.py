@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import \
     checkpoint_wrapper
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.data import TensorDataset
@@ -73,9 +74,12 @@ def build(device, prefetch=False, checkpointing=False):
     if checkpointing:  # recompute each block's activations in the backward pass
         for i, block in enumerate(model.blocks):
             model.blocks[i] = checkpoint_wrapper(block)
+    # All ranks, on this device. Without mesh=, fully_shard takes the accelerator
+    # PyTorch was built for (CUDA, say), even where no GPU is visible.
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     if prefetch:  # issue the next block's all-gather before this block computes
         blocks = list(model.blocks)
         for i, block in enumerate(blocks):

@@ -28,6 +28,7 @@ if torch.__version__ < NEEDS:  # compares as a version, not as text
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.profiler import ProfilerActivity, profile
 
@@ -58,11 +59,14 @@ class Net(nn.Module):
 
 
 def train(device):
+    # All ranks, on this device. Without mesh=, fully_shard takes the accelerator
+    # PyTorch was built for (CUDA, say), even where no GPU is visible.
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     torch.manual_seed(0)
     model = Net().to(device)
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(dist.get_rank())
     for _ in range(STEPS):

@@ -1,9 +1,11 @@
 """On a GPU node, the tests not marked multigpu still run their snippets on the CPU.
 
 This machine has no GPU, so the tests pretend to have some (SNIPPET_HARNESS_FAKE_GPUS):
-PyTorch in every process the harness starts then reports them, and a snippet that
-believed it would ask for NCCL and a CUDA device and fail. conftest.py marks each test
-that is not multigpu, and harness/site/sitecustomize.py hides the GPUs from its runs.
+PyTorch in every process the harness starts then answers like a CUDA build on a node
+with GPUs, in torch.cuda and in what PyTorch was built for (torch._C._get_accelerator,
+torch.accelerator), and a snippet that believed it would ask for NCCL and a CUDA device
+and fail. conftest.py marks each test that is not multigpu, and
+harness/site/sitecustomize.py hides the GPUs from its runs.
 """
 
 import os
@@ -16,20 +18,26 @@ import pytest
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, ROOT, SNIPPETS, run
 from harness.outputs import check_text
 
-PROBE = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
+PROBE = """\
+import torch
+print(torch.cuda.is_available(), torch.cuda.device_count(), torch._C._get_accelerator(),
+      torch.accelerator.current_accelerator(), torch.accelerator.is_available(),
+      torch.accelerator.device_count())
+"""
 
 
 def probe(tmp_path, device, fake_gpus=""):
     script = tmp_path / "probe.py"
-    script.write_text(PROBE + "\n")
+    script.write_text(PROBE)
     env = {DEVICE_ENV: device, FAKE_GPUS_ENV: fake_gpus}
     return run(script, env=env, workdir=tmp_path).stdout
 
 
 def test_the_gpus_a_run_sees(tmp_path):
-    assert probe(tmp_path, "") == "False 0\n"  # this machine
-    assert probe(tmp_path, "", fake_gpus="2") == "True 2\n"
-    assert probe(tmp_path, "cpu", fake_gpus="2") == "False 0\n"
+    assert probe(tmp_path, "") == "False 0 cpu None False 0\n"  # this machine: a CPU build
+    assert probe(tmp_path, "", fake_gpus="2") == "True 2 cuda cuda True 2\n"
+    # Hidden GPUs: what a CUDA build says where none is visible; it was built for CUDA
+    assert probe(tmp_path, "cpu", fake_gpus="2") == "False 0 cuda cuda False 0\n"
 
 
 def test_this_test_runs_on_the_cpu():
@@ -43,10 +51,12 @@ def test_a_session_with_two_gpus_runs_the_cpu_tests_on_the_cpu(tmp_path):
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:xdist", "-o",
          f"cache_dir={tmp_path / 'cache'}",
          "tests/basics/test_ranks.py::test_two_nodes_of_two_processes",  # expects gloo, cpu
+         # fully_shard without mesh= would shard onto the device of the build: cuda
+         "tests/memory/test_fsdp2.py::test_bf16_compute_keeps_fp32_shards",
          "tests/model_parallel/test_hybrid_2d.py::test_on_four_gpus"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     report = session.stdout + session.stderr
-    assert re.search(r"^1 passed, 1 skipped in ", session.stdout, re.M), report
+    assert re.search(r"^2 passed, 1 skipped in ", session.stdout, re.M), report
     assert "needs 4 CUDA GPUs, this machine has 2" in session.stdout, report
 
 
