@@ -2,8 +2,8 @@
 
   torchrun --standalone --nproc_per_node=4 message_passing.py
 
-For each call, rank 0 prints what every rank held before and after it. Any number of
-processes from 2 works.
+For each call, rank 0 prints what every rank held before and after it. Any even
+number of processes works: the last part pairs the ranks up.
 """
 
 import os
@@ -165,6 +165,8 @@ def barrier(device):
 
 
 def main():
+    if int(os.environ["WORLD_SIZE"]) % 2:  # groups() needs pairs: stop before any output
+        sys.exit("message_passing.py needs an even number of processes")
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)

@@ -1,7 +1,7 @@
 """snippets/performance/message_passing.py, shown on docs/performance/message_passing.md.
 
 Every table the snippet prints must show what each call is defined to do, for 2 and for
-4 ranks (the page says any number from 2 works; it shows the tables of 4).
+4 ranks (the page says any even number works; it shows the tables of 4).
 """
 
 import pytest
@@ -72,6 +72,15 @@ def test_every_call_does_what_its_table_says(n):
     if n == SHOWN:
         check_output(result)
     check_run(result, n, "gloo")
+
+
+def test_an_odd_number_of_processes_stops_at_once():
+    """new_subgroups(group_size=2) needs a world size divisible by 2: the script says so
+    before it prints any table, rather than failing in its last part."""
+    result = run(SNIPPET, launcher="torchrun", nproc=3, world_size=0, check=False)
+    assert result.returncode != 0
+    assert result.stdout == ""
+    assert "message_passing.py needs an even number of processes" in result.text
 
 
 def separate_p2p_calls(rank, world, monkeypatch):
