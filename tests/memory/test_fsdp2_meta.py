@@ -12,7 +12,7 @@ from tests.memory.runs import GPU_ATOL, assert_same_weights, reference, saved, w
 
 SNIPPET = "memory/fsdp2_meta.py"
 PARAMETERS = 531_521  # 16 blocks of width 64 and the head
-LARGEST = 256 * 64 * 4  # bytes of the largest weight, sent whole to every rank in turn
+LARGEST = 256 * 64 * 4  # bytes of the largest weight
 
 
 @functools.cache
@@ -52,8 +52,10 @@ def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_proces
     whole = 16 * PARAMETERS
     for share in shares.values():
         assert share == pytest.approx(1 / ranks, rel=0.03)  # 1/N within a few per cent
-        # above 1/N: at most one full tensor in transit (the share is printed to 1e-4)
-        assert 1 / ranks < share <= 1 / ranks + LARGEST / whole + 1e-4
+        # above 1/N: Adam's two temporaries for one shard of the largest weight (on the
+        # CPU, one tensor at a time), less than one full tensor from 4 ranks on; the
+        # share is printed to 1e-4, and a few bytes more are small tensors
+        assert 1 / ranks < share <= 1 / ranks + 2 * LARGEST / ranks / whole + 3e-4
     assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
     # one epoch in one process, then one more sharded: two epochs in one process
     assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2))
@@ -64,9 +66,10 @@ def test_on_two_gpus_no_rank_holds_the_whole_model(tmp_path):
     run(SNIPPET, "--pretrain", workdir=tmp_path)  # on the first GPU
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
     shares = peaks(result.stdout)
-    # torch.cuda.max_memory_allocated: the allocator rounds each small tensor up to
-    # 512 bytes, which adds more for this model's small shards than on the CPU
-    assert all(0.5 <= share < 0.75 for share in shares.values()), shares
+    # Adam's foreach step (its default on CUDA) computes a temporary for every shard at
+    # once: weights, gradients, two moments and that, 1.25/N; the allocator's rounding
+    # of each tensor up to 512 bytes adds about 0.011 here
+    assert all(1.25 / 2 <= share < 0.675 for share in shares.values()), shares
     assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
     assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2),
                         atol=GPU_ATOL)
