@@ -43,7 +43,10 @@ def train_epoch(ddp, loader, optimizer, device, delay):
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(ddp(x), y)
         optimizer.zero_grad()
-        loss.backward()  # waits here for the gradients of every rank
+        # The all-reduce of the gradients: with gloo, backward() waits here for every
+        # rank. NCCL only queues it on the GPU: the process waits for it later, where it
+        # next waits for the GPU (in sync() at the latest).
+        loss.backward()
         optimizer.step()
         samples += len(x)
     sync(device)

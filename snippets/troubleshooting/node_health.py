@@ -6,8 +6,11 @@ pattern into a buffer and reads it back (the memory test), then all the node's
 processes add up a tensor with an all-reduce (the collective). The node's rank 0
 prints one line: "<node>: OK ..." or "<node>: FAIL ..." and the reasons.
 
---simulate-fault-on NODE flips one value of the memory test on the last GPU of
-that node, to see what a failing node looks like.
+A node fails at once if it sees fewer GPUs than Slurm gave it (SLURM_GPUS_ON_NODE)
+or than it has processes: a GPU that fell off the bus, a driver that does not load.
+--cpu runs the same checks on the CPU with gloo instead, to try the script on a
+machine without GPUs. --simulate-fault-on NODE flips one value of the memory test
+on the last GPU of that node, to see what a failing node looks like.
 
     srun --ntasks-per-node=1 torchrun --standalone --nproc_per_node=4 node_health.py
 """
@@ -28,6 +31,8 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mebibytes", type=int, default=64,
                         help="memory tested per GPU")
+    parser.add_argument("--cpu", action="store_true",
+                        help="check the CPU with gloo instead of the GPUs")
     parser.add_argument("--simulate-fault-on", metavar="NODE",
                         help="pretend this node's last GPU has a bad memory cell")
     return parser.parse_args()
@@ -56,17 +61,26 @@ def main():
     args = parse_args()
     node = os.environ.get("SLURMD_NODENAME", socket.gethostname())
     local_rank = int(os.environ["LOCAL_RANK"])
-    problems = []
-    if torch.cuda.is_available():
-        expected = int(os.environ.get("SLURM_GPUS_ON_NODE", torch.cuda.device_count()))
-        if torch.cuda.device_count() < expected:
-            problems.append(f"{torch.cuda.device_count()} of {expected} GPUs visible")
+    if args.cpu:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    else:  # every GPU that Slurm gave this node, and one for each process
+        processes = int(os.environ["LOCAL_WORLD_SIZE"])
+        wanted = max(int(os.environ.get("SLURM_GPUS_ON_NODE", 0)), processes)
+        cuda = torch.cuda.is_available()
+        visible = torch.cuda.device_count() if cuda else 0
+        if visible < wanted:  # some processes have no GPU to test: stop here
+            reason = f"{visible} of {wanted} GPUs visible"
+            if not cuda:
+                reason = f"CUDA unavailable, {reason}"
+            if local_rank == 0:
+                print(f"{node}: FAIL ({processes} processes, nothing tested): {reason}",
+                      flush=True)
+            sys.exit(1)
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
+    problems = []
     size = dist.get_world_size()
     fault = args.simulate_fault_on == node and local_rank == size - 1
     wrong = memory_errors(device, args.mebibytes, fault)

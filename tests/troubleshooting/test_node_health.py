@@ -1,18 +1,24 @@
 """snippets/troubleshooting/node_health.sbatch and node_health.py, shown on
 docs/troubleshooting/many_nodes.md.
 
-On the local cluster, node2 is made to fail the memory test with the script's own
+The local cluster's nodes are given GPUs that PyTorch cannot see (they are declared, not
+real): the job as the page shows it fails every node and says why, without testing
+anything. A node given more GPUs than it sees fails the same way (on this machine with
+pretended GPUs, SNIPPET_HARNESS_FAKE_GPUS, which the script must not use). With --cpu
+the checks run on the CPU: node2 is made to fail the memory test with the script's own
 --simulate-fault-on option (which flips one value of the test on that node's last
 process): the report names node2 and no other, and the same job submitted again with
 --exclude=node2 runs on node1 alone and passes. Each node runs one process per GPU of
-the profile's nodes, as the page shows the job. On a GPU cluster: every node of a job passes, and the same
-nodes with a simulated fault on the last one name that one.
+the profile's nodes, as the page shows the job. On a GPU cluster: every node of a job
+passes, and the same nodes with a simulated fault on the last one name that one; on one
+GPU, a node given four GPUs fails.
 """
 
 import re
 
 import pytest
 
+from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, own_gpus, run
 from harness.outputs import check_output
 from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
@@ -35,8 +41,33 @@ def failed(result) -> list[str]:
 
 
 @pytest.mark.slurm
+def test_nodes_whose_gpus_pytorch_cannot_see_fail_and_say_why():
+    result = submit(JOB, files=(SCRIPT,), check=False)
+    check_output(result, "nogpu")
+    assert job_end(result)["state"] == "FAILED" and result.returncode == 1
+    assert report(result) == {"node1": "FAIL", "node2": "FAIL"}
+    for node in ("node1", "node2"):
+        assert (f"{node}: FAIL ({GPUS} processes, nothing tested): CUDA unavailable, "
+                f"0 of {GPUS} GPUs visible") in result.stdout
+    assert failed(result) == ["node1", "node2"]
+
+
+@pytest.mark.parametrize("visible", [0, 1])
+def test_a_node_that_sees_fewer_gpus_than_slurm_gave_it_fails(visible):
+    """Two processes on a node given 4 GPUs that sees none, or 1 (a pretended GPU: the
+    script must stop before it uses one)."""
+    result = run(SCRIPT, launcher="torchrun", nproc=2, world_size=0, check=False,
+                 env={"SLURM_GPUS_ON_NODE": "4", "SLURMD_NODENAME": "gpu017",
+                      DEVICE_ENV: "" if visible else "cpu", FAKE_GPUS_ENV: str(visible)})
+    reason = "1 of 4 GPUs visible" if visible else "CUDA unavailable, 0 of 4 GPUs visible"
+    assert result.stdout == f"gpu017: FAIL (2 processes, nothing tested): {reason}\n"
+    assert result.returncode == 1
+
+
+@pytest.mark.slurm
 def test_the_report_names_the_broken_node_and_the_job_without_it_passes():
-    broken = submit(JOB, "--simulate-fault-on", "node2", files=(SCRIPT,), check=False)
+    broken = submit(JOB, "--cpu", "--simulate-fault-on", "node2", files=(SCRIPT,),
+                    check=False)
     check_output(broken, "fault")
     assert job_end(broken)["state"] == "FAILED" and broken.returncode == 1
     assert report(broken) == {"node1": "OK", "node2": "FAIL"}
@@ -46,7 +77,8 @@ def test_the_report_names_the_broken_node_and_the_job_without_it_passes():
     assert bad == ["node2"]
 
     # what the report says to do: the same job, without the bad node (and so on 1 node)
-    again = submit(JOB, "--simulate-fault-on", "node2", files=(SCRIPT,), world_size=GPUS,
+    again = submit(JOB, "--cpu", "--simulate-fault-on", "node2", files=(SCRIPT,),
+                   world_size=GPUS,
                    sbatch_args=[f"--exclude={','.join(bad)}", "--nodes=1"])
     check_output(again, "exclude")
     assert job_end(again)["state"] == "COMPLETED"
@@ -70,3 +102,14 @@ def test_on_a_gpu_cluster(monkeypatch):
                          sbatch_args=[*shape, f"--nodelist={','.join(nodes)}"], check=False)
     assert report(broken) == {node: "FAIL" if node == last else "OK" for node in nodes}
     assert failed(broken) == [last]
+
+
+@pytest.mark.multigpu(1)
+def test_on_one_gpu_a_node_given_four_fails_without_testing():
+    result = run(SCRIPT, launcher="torchrun", nproc=2, world_size=0, check=False,
+                 env={"CUDA_VISIBLE_DEVICES": own_gpus(1), "SLURM_GPUS_ON_NODE": "4",
+                      "SLURMD_NODENAME": "gpu017"})
+    # "1 of 4", not "CUDA unavailable, 0 of 4": the script saw the GPU
+    assert result.stdout == ("gpu017: FAIL (2 processes, nothing tested): "
+                             "1 of 4 GPUs visible\n"), result.report()
+    assert result.returncode == 1
