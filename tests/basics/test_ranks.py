@@ -4,6 +4,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "basics/ranks.py"
 
@@ -22,5 +23,7 @@ def test_two_nodes_of_two_processes():
 
 @pytest.mark.multigpu(2)
 def test_each_process_gets_its_own_gpu():
-    result = run(SNIPPET, launcher="torchrun", nproc=2)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env)
     assert [row[3] for row in table(result.stdout)] == ["cuda:0", "cuda:1"]
+    logs.assert_nccl_ran(2)  # all_gather_object over NCCL

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from harness.launch import run
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "cheatsheet/ranks.py"
 
@@ -25,4 +26,6 @@ def test_every_process_prints_its_rank_on_stdout_and_stderr():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus():
-    assert_every_rank_spoke(run(SNIPPET, launcher="torchrun", nproc=2), 2)
+    logs = NcclLogs()
+    assert_every_rank_spoke(run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env), 2)
+    logs.assert_nccl_ran(2)  # its barrier, over NCCL

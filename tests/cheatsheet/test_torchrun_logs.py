@@ -12,6 +12,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "cheatsheet/torchrun_logs.sh"
 
@@ -46,5 +47,8 @@ def test_one_log_file_per_rank_and_only_rank_0_in_the_terminal():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus():
-    result = run(SNIPPET, launcher="bash", files=("cheatsheet/ranks.py",), world_size=2)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="bash", files=("cheatsheet/ranks.py",), world_size=2,
+                 env=logs.env)
     assert_each_rank_has_its_own_logs(result)
+    logs.assert_nccl_ran(2)  # ranks.py's barrier, over NCCL

@@ -13,6 +13,7 @@ import torch
 
 from harness.launch import LAUNCHERS, launcher, run, snippet
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "ddp/elastic.py"
 ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -33,15 +34,16 @@ for _base in ("torchrun", "torchrun-c10d"):
     launcher(f"{_base}+restarts")(_with_restarts(_base))
 
 
-def elastic(*args, nnodes=1, check=True, workdir=None):
+def elastic(*args, nnodes=1, check=True, workdir=None, env=None):
     """torchrun --max-restarts=1 elastic.py: 2 ranks on one node, or 1 on each of 2 nodes."""
     base = "torchrun" if nnodes == 1 else "torchrun-c10d"
     return run(SNIPPET, *args, launcher=f"{base}+restarts", max_restarts=1, nnodes=nnodes,
-               nproc=2 // nnodes, env=ENV, timeout=180, check=check, workdir=workdir)
+               nproc=2 // nnodes, env={**ENV, **(env or {})}, timeout=180, check=check,
+               workdir=workdir)
 
 
-def crash_and_resume(nnodes=1, check=True, workdir=None):
-    return elastic(*CRASH, nnodes=nnodes, check=check, workdir=workdir)
+def crash_and_resume(nnodes=1, check=True, workdir=None, env=None):
+    return elastic(*CRASH, nnodes=nnodes, check=check, workdir=workdir, env=env)
 
 
 def final_state(result):
@@ -92,8 +94,11 @@ def test_refuses_restarts_that_would_share_the_store(monkeypatch):
 @pytest.mark.multigpu(2)
 def test_on_gpus_the_resumed_run_matches_too():
     reference = elastic()
-    result = crash_and_resume()
+    logs = NcclLogs()
+    result = crash_and_resume(env=logs.env)
     assert "restart count 1: " + RESUMED in result.stdout
+    logs.assert_nccl_ran(4)  # both ranks of the first start, and of the restart
     state, expected = final_state(result), final_state(reference)
+    assert all(value.is_cuda for value in state["model"].values())  # loaded where saved
     for key, value in expected["model"].items():
         torch.testing.assert_close(state["model"][key], value, rtol=0, atol=1e-6)

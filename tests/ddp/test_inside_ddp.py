@@ -6,6 +6,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "ddp/inside_ddp.py"
 DIFFERENCE = r"whole-batch gradient: (\S+)"
@@ -50,7 +51,9 @@ def test_the_averaged_gradient_is_the_gradient_of_the_whole_batch(result):
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_buckets_overlap_and_the_gradient_is_the_whole_batch_s():
-    gpus = run(SNIPPET, launcher="torchrun", nproc=2)
+    logs = NcclLogs()
+    gpus = run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env)
+    logs.assert_nccl_ran(2)  # DDP's broadcast and all-reduces
     test_ddp_copies_rank_0s_parameters_and_buffers_to_every_process(gpus)
     test_buckets_are_reduced_while_the_backward_pass_still_runs(gpus)
     assert float(re.search(DIFFERENCE, gpus.stdout)[1]) < 1e-5  # other kernels, other rounding

@@ -4,6 +4,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 from tests.ddp.test_train import stderr_lines
 
 SNIPPET = "ddp/local_rank.py"
@@ -24,5 +25,7 @@ def test_started_without_a_launcher_it_fails_with_a_key_error():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_each_process_takes_the_gpu_of_its_local_rank():
-    result = run(SNIPPET, launcher="torchrun", nproc=2)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env)
     assert result.stdout == "the processes think their local ranks are [0, 1]\n"
+    assert sorted(logs.assert_nccl_ran(2)) == [0, 1]  # NCCL on cuda:0 and cuda:1

@@ -4,13 +4,14 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "ddp/monitoring.py"
 
 
-def monitor(*args):
+def monitor(*args, env=None):
     """torchrun monitoring.py on 2 ranks: the result and {rank: (device, alone, training, MiB)}."""
-    result = run(SNIPPET, *args, launcher="torchrun", nproc=2, timeout=120)
+    result = run(SNIPPET, *args, launcher="torchrun", nproc=2, timeout=120, env=env)
     rows = {}
     for line in result.stdout.splitlines():
         fields = line.split()
@@ -58,6 +59,8 @@ def test_a_slow_rank_is_flagged_and_slows_everybody_in_training(slow):
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_memory_is_measured_per_device():
-    result, rows = monitor()
+    logs = NcclLogs()
+    result, rows = monitor(env=logs.env)
     assert_one_row_per_rank(rows, devices=("cuda:0", "cuda:1"))
-    assert "torch.cuda.max_memory_allocated()" in result.stdout
+    assert "torch.cuda.max_memory_allocated()" in result.stdout  # not the process's size
+    logs.assert_nccl_ran(2)

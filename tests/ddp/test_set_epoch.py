@@ -6,6 +6,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import assert_saw_gpus, run_seeing_gpus
 
 SNIPPET = "ddp/set_epoch.py"
 
@@ -32,4 +33,6 @@ def test_without_set_epoch_every_epoch_repeats_the_first_shuffle():
 @pytest.mark.multigpu(1)
 def test_on_a_gpu_node_the_shares_are_the_same():
     """The sampler never touches a GPU: the indices do not depend on the machine."""
-    check_output(run(SNIPPET))
+    result = run_seeing_gpus(SNIPPET)
+    check_output(result)
+    assert_saw_gpus(result, 1)  # the GPUs were there, and changed nothing

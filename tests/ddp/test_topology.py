@@ -6,6 +6,7 @@ import pytest
 
 from harness.launch import own_gpus, run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "ddp/topology.py"
 COLUMNS = ["rank", "host", "local", "device", "gpu", "bus_id", "visible", "cpus"]
@@ -41,8 +42,10 @@ def test_on_cpu_every_rank_reports_its_place():
 
 @pytest.mark.multigpu(2)
 def test_each_rank_drives_its_own_gpu_and_cuda_visible_devices_renumbers_them():
-    plain = table(topology().stdout)
+    logs = NcclLogs()
+    plain = table(topology(**logs.env).stdout)
     assert [r["device"] for r in plain] == ["cuda:0", "cuda:1"]
+    logs.assert_nccl_ran(2)  # all_gather_object over NCCL
     assert plain[0]["bus_id"] != plain[1]["bus_id"]
     # Reverse the visible GPUs: each rank still uses its cuda:<local rank>, now the other card.
     visible = own_gpus(2).split(",")

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from harness.launch import BIN, free_port, run, shared, snippet, snippet_code
 from harness.outputs import GPU_ATOL  # noqa: F401 (the chapter's tests import it from here)
+from tests.on_gpus import NcclLogs
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -65,9 +66,13 @@ def deepspeed_run(nproc):
 
 @shared
 def deepspeed_gpu_run():
-    """deepspeed_zero.py with every config under torchrun on 2 GPUs."""
-    return run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=2,
-               workdir=with_ds_configs(workdir()), timeout=DS_TIMEOUT)
+    """deepspeed_zero.py with every config under torchrun on 2 GPUs, over NCCL (its
+    logs show it)."""
+    logs = NcclLogs()
+    result = run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=2,
+                 workdir=with_ds_configs(workdir()), timeout=DS_TIMEOUT, env=logs.env)
+    logs.assert_nccl_ran(2)
+    return result
 
 
 def without_deepspeed_logs(result):

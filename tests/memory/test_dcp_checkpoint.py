@@ -9,6 +9,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from harness.launch import run
 from harness.outputs import check_output
 from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference, torchrun
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/dcp_checkpoint.py"
 
@@ -52,8 +53,13 @@ def test_four_ranks_resume_the_two_rank_checkpoint_like_an_uninterrupted_run(tmp
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_resume(tmp_path):
-    run(SNIPPET, "--epochs", "2", launcher="torchrun", nproc=2, workdir=tmp_path)
-    result = run(SNIPPET, "--epochs", "4", launcher="torchrun", nproc=2, workdir=tmp_path)
+    first, resumed = NcclLogs(), NcclLogs()
+    run(SNIPPET, "--epochs", "2", launcher="torchrun", nproc=2, workdir=tmp_path,
+        env=first.env)
+    result = run(SNIPPET, "--epochs", "4", launcher="torchrun", nproc=2, workdir=tmp_path,
+                 env=resumed.env)
+    first.assert_nccl_ran(2)
+    resumed.assert_nccl_ran(2)
     assert "saved by 2 ranks, loaded by 2" in result.stdout
     app = checkpoint(tmp_path / "checkpoints/epoch_4", tmp_path)
     assert_same_weights(app["model"], reference(SNIPPET, epochs=4), atol=GPU_ATOL)

@@ -9,6 +9,7 @@ import torch
 from harness.launch import run, snippet
 from harness.outputs import check_output
 from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/dcp_to_torch.py"
 
@@ -32,7 +33,10 @@ def test_converts_a_four_rank_checkpoint_into_one_file_for_plain_pytorch():
 
 @pytest.mark.multigpu(2)
 def test_converts_a_checkpoint_saved_by_two_gpus(tmp_path):
-    run("memory/dcp_checkpoint.py", "--epochs", "4", launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    run("memory/dcp_checkpoint.py", "--epochs", "4", launcher="torchrun", nproc=2, workdir=tmp_path,
+        env=logs.env)
+    logs.assert_nccl_ran(2)  # the checkpoint was saved by two GPUs
     converted = run(SNIPPET, "checkpoints/epoch_4", "model.pt", workdir=tmp_path)
     assert "model.pt: epoch 4, saved by 2 ranks, 26 model tensors" in converted.stdout
     state = torch.load(tmp_path / "model.pt", weights_only=True)["app"]  # loads on the CPU

@@ -13,8 +13,9 @@ from harness.outputs import check_text
 from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights,
                                deepspeed_gpu_run, deepspeed_run, deepspeed_tables,
                                needs_deepspeed, reference, saved, without_deepspeed_logs)
+from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
 
 SNIPPET = "memory/deepspeed_zero.py"
 pytestmark = needs_deepspeed
@@ -66,8 +67,12 @@ def test_the_job_script_on_a_gpu_cluster():
     torchrun per node of that job (1 or 2), ZeRO-3 across all their GPUs."""
     cluster = real_cluster()
     world = cluster.nodes * cluster.gpus_per_node
+    folder = job_folder("deepspeed_zero")
+    logs = NcclLogs(folder / "nccl-logs")  # where every node sees it
     result = submit_real(cluster, "memory/deepspeed_zero.sbatch", world_size=world,
                          files=("memory/deepspeed_zero.py", "memory/ds_config_zero3.json"),
-                         sbatch_args=cluster.shape(tasks_per_gpu=False))
+                         sbatch_args=cluster.shape(tasks_per_gpu=False), workdir=folder,
+                         env=logs.env)
+    logs.assert_nccl_ran(world)
     assert_every_config_trains_like_one_process(result, world, atol=GPU_ATOL,
                                                 configs=["ds_config_zero3.json"])

@@ -5,6 +5,7 @@ import pytest
 from harness.launch import run
 from harness.outputs import check_output
 from tests.memory.runs import GPU_ATOL, assert_same_weights, held_table, reference, saved, torchrun
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/fsdp1.py"
 
@@ -23,5 +24,7 @@ def test_fsdp1_flattens_shards_and_trains_like_fsdp2_and_one_process():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)
     assert_same_weights(saved(result, "fsdp1.pt"), reference(SNIPPET), atol=GPU_ATOL)

@@ -6,6 +6,7 @@ from harness.launch import run
 from harness.outputs import BF16, check_output
 from tests.memory.runs import (FSDP2_RUNS as RUNS, GPU_ATOL, PARAMETERS, assert_same_weights,
                                held_table, reference, saved, torchrun)
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/fsdp2.py"
 
@@ -42,8 +43,11 @@ def test_bf16_compute_keeps_fp32_shards():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_offload_keeps_shards_on_the_cpu(tmp_path):
-    result = run(SNIPPET, "--offload", launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, "--offload", launcher="torchrun", nproc=2, workdir=tmp_path,
+                 env=logs.env)
     assert sharding_line(2, "cpu") in result.stdout
+    logs.assert_nccl_ran(2)  # the shards on the CPU, the maths on the GPUs
     assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET), atol=GPU_ATOL)
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
     assert sharding_line(2, "cuda") in result.stdout

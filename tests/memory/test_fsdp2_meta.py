@@ -9,6 +9,7 @@ import pytest
 from harness.launch import run
 from harness.outputs import check_output
 from tests.memory.runs import GPU_ATOL, assert_same_weights, reference, saved, workdir
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/fsdp2_meta.py"
 PARAMETERS = 531_521  # 16 blocks of width 64 and the head
@@ -64,7 +65,9 @@ def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_proces
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_no_rank_holds_the_whole_model(tmp_path):
     run(SNIPPET, "--pretrain", workdir=tmp_path)  # on the first GPU
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)  # the GPU path, where the peaks come from the CUDA allocator
     shares = peaks(result.stdout)
     # Adam's foreach step (its default on CUDA) computes a temporary for every shard at
     # once: weights, gradients, two moments and that, 1.25/N; the allocator's rounding

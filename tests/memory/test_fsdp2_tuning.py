@@ -8,6 +8,7 @@ import torch
 from harness.launch import run, snippet_code
 from harness.outputs import check_output
 from tests.memory.runs import torchrun
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/fsdp2_tuning.py"
 WIDTH, DEPTH, BATCH = 64, 4, 64
@@ -71,5 +72,8 @@ def test_each_knob_changes_the_counts_the_page_computes(ranks):
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_counts_are_the_same(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    # NCCL's all-gathers and reduce-scatters, counted as the page counts gloo's
+    logs.assert_nccl_ran(2)
     check_counts(result, 2, rel=1e-4)  # the norm: the same maths in other kernels

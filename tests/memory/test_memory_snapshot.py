@@ -8,6 +8,7 @@ import pytest
 from harness.launch import run
 from harness.outputs import check_output
 from tests.memory.runs import torchrun
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/memory_snapshot.py"
 WIDTH, DEPTH, BATCH, STEPS = 64, 4, 32, 3
@@ -51,7 +52,9 @@ def gpu_snapshots(tmp_path, env=None):
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_each_rank_writes_a_snapshot_of_its_allocations(tmp_path):
-    result, snapshots = gpu_snapshots(tmp_path / "default")
+    logs = NcclLogs()
+    result, snapshots = gpu_snapshots(tmp_path / "default", env=logs.env)
+    logs.assert_nccl_ran(2)
     for rank, snapshot in enumerate(snapshots):
         events = [e for trace in snapshot["device_traces"] for e in trace]
         allocations = [e for e in events if e["action"] == "alloc"]

@@ -7,6 +7,7 @@ from harness.launch import run, snippet_code
 from harness.outputs import check_output
 from tests.memory.runs import (GPU_ATOL, assert_same_weights, held_table, reference, saved,
                                torchrun)
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/zero1.py"
 LABELS = "Adam|ZeroRedundancyOptimizer"
@@ -38,7 +39,9 @@ def test_zero1_shards_adam_state_and_trains_like_one_process(ranks):
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)
     tables = held_table(result.stdout, LABELS)
     assert tables["ZeroRedundancyOptimizer"][0][2] <= 0.52 * tables["Adam"][0][2]
     assert_same_weights(saved(result, "zero1.pt")["model"], reference(SNIPPET), atol=GPU_ATOL)

@@ -5,6 +5,7 @@ import pytest
 from harness.launch import run
 from harness.outputs import check_output
 from tests.model_parallel.reference import assert_run_matches, trained_in_one_process
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "model_parallel/hybrid_2d.py"
 
@@ -26,5 +27,7 @@ def test_four_ranks_give_the_loss_and_gradients_of_one_process(tmp_path):
 
 @pytest.mark.multigpu(4)
 def test_on_four_gpus(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=4, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=4, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(4)
     assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"))

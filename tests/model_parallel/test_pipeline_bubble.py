@@ -9,6 +9,7 @@ import torch
 
 from harness.launch import run, snippet_code
 from harness.outputs import BARRIER_WARNING, check_output
+from tests.on_gpus import NcclLogs
 from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "model_parallel/pipeline_bubble.py"
@@ -147,6 +148,8 @@ def test_barrier_names_the_gpu(monkeypatch):
 @pytest.mark.multigpu(STAGES)
 def test_on_gpus_measured_idle_time_follows_the_formula():
     """With NCCL the stages wait for their inputs too, so the same tolerance holds."""
-    result = run(SNIPPET, launcher="torchrun", nproc=STAGES)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=STAGES, env=logs.env)
+    logs.assert_nccl_ran(STAGES)
     check_idle_follows_the_formula(parse_table(result.stdout))
     assert BARRIER_WARNING not in result.text

@@ -7,6 +7,7 @@ from torch.distributed.pipelining import SplitPoint, pipe_split, pipeline
 from harness.launch import run
 from harness.outputs import check_output
 from tests.model_parallel.reference import assert_run_matches, snippet_code, trained_in_one_process
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "model_parallel/pipeline_traced.py"
 
@@ -42,5 +43,7 @@ def test_pipe_split_in_forward_cuts_where_split_spec_does():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)
     assert_run_matches(result, trained_in_one_process(SNIPPET))

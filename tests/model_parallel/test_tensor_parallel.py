@@ -6,6 +6,7 @@ import torch
 from harness.launch import run
 from harness.outputs import check_output
 from tests.model_parallel.reference import assert_tensors_close, trained_in_one_process
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "model_parallel/tensor_parallel.py"
 PLANS = ["tensor parallel", "+ sequence parallel"]
@@ -49,4 +50,7 @@ def test_two_ranks_give_the_loss_and_gradients_of_one_process(tmp_path):
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus(tmp_path):
-    assert_both_plans_match_one_process(run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path))
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)
+    assert_both_plans_match_one_process(result)

@@ -12,6 +12,7 @@ import torch
 
 from harness.launch import run
 from harness.outputs import BF16, FP16, check_output
+from tests.on_gpus import NcclLogs, assert_gpu_path
 from tests.performance.reference import assert_state_close, full_batch_reference
 
 SNIPPET = "performance/amp.py"
@@ -41,9 +42,9 @@ def scales(stdout):
     return [float(s) for s in re.findall(r"loss scale ([\d.]+)", stdout)]
 
 
-def run_amp(workdir, *args):
+def run_amp(workdir, *args, env=None):
     """The page's command: torchrun --standalone --nproc_per_node=2 amp.py ARGS."""
-    return run(SNIPPET, *args, launcher="torchrun", nproc=RANKS, workdir=workdir)
+    return run(SNIPPET, *args, launcher="torchrun", nproc=RANKS, workdir=workdir, env=env)
 
 
 def run_fp16_in_two_parts(workdir):
@@ -87,9 +88,13 @@ def test_fp16_with_grad_scaler_resumes_with_its_scale(tmp_path):
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_the_same_code_autocasts_on_cuda(tmp_path):
-    bf16 = run_amp(tmp_path, "--precision", "bf16")
+    logs = NcclLogs()
+    bf16 = run_amp(tmp_path, "--precision", "bf16", env=logs.env)
     assert "bf16 on cuda: weights torch.float32, forward output torch.bfloat16" in bf16.stdout
+    logs.assert_nccl_ran(RANKS)
     assert_close_to_reference(tmp_path / "amp_bf16.pt")
     first, resumed = run_fp16_in_two_parts(tmp_path)
-    assert "fp16 on cuda" in first.stdout
+    for part in (first, resumed):  # autocast on CUDA, and the scaler of CUDA's
+        assert_gpu_path(part.stdout, r"^fp16 on (?P<device>\w+): weights torch\.float32, "
+                                     r"forward output torch\.float16$", count=1)
     check_fp16(tmp_path, first, resumed)

@@ -7,6 +7,7 @@ import torch
 
 from harness.launch import run, snippet, snippet_code
 from harness.outputs import BARRIER_WARNING, Tolerance, check_output
+from tests.on_gpus import NcclLogs, assert_gpu_path
 from tests.performance.device_checks import check_barrier_names_the_gpu
 from tests.performance.reference import assert_state_close, full_batch_reference
 
@@ -32,8 +33,12 @@ def flags(stdout, fmt):
     return row.split()[-3:]
 
 
-def check_run(workdir, device, script=SNIPPET):
-    result = run(script, launcher="torchrun", nproc=RANKS, workdir=workdir)
+#: channels_last.py's first line: the device it trained on.
+DEVICE_LINE = r"^on (?P<device>\w+), batch "
+
+
+def check_run(workdir, device, script=SNIPPET, env=None):
+    result = run(script, launcher="torchrun", nproc=RANKS, workdir=workdir, env=env)
     assert flags(result.stdout, "contiguous_format") == ["no", "no", "no"]
     # weight, activation and gradient
     assert flags(result.stdout, "channels_last") == ["yes", "yes", "yes"]
@@ -65,8 +70,10 @@ def test_barrier_names_the_gpu(monkeypatch):
 
 @pytest.mark.multigpu(2)
 def test_on_gpus(tmp_path):
-    result = check_run(tmp_path, "cuda")
-    assert "on cuda" in result.stdout
+    logs = NcclLogs()
+    result = check_run(tmp_path, "cuda", env=logs.env)
+    assert_gpu_path(result.stdout, DEVICE_LINE, count=1)
+    logs.assert_nccl_ran(RANKS)
     assert BARRIER_WARNING not in result.text
 
 
@@ -74,7 +81,7 @@ def test_on_gpus(tmp_path):
 def test_on_gpus_with_tf32_off_the_weights_agree_to_float32_rounding(tmp_path):
     script = tmp_path / "tf32_off.py"
     script.write_text(TF32_OFF.format(script=str(snippet(SNIPPET))))
-    assert "on cuda" in check_run(tmp_path, "cuda, TF32 off", script).stdout
+    assert_gpu_path(check_run(tmp_path, "cuda, TF32 off", script).stdout, DEVICE_LINE, count=1)
 
 
 def test_converting_after_wrapping_makes_ddp_warn(exercise_checks):

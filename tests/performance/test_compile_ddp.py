@@ -9,6 +9,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs, assert_gpu_path
 
 SNIPPET = "performance/compile_ddp.py"
 
@@ -39,14 +40,16 @@ def test_ddp_of_compiled_model_captures_graphs():
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_with_inductor(tmp_path):
+    logs = NcclLogs()
     result = run(
         SNIPPET,
         launcher="torchrun",
         nproc=2,
         timeout=600,
-        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")},
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache"), **logs.env},
     )
-    assert "backend inductor on cuda" in result.stdout
+    assert_gpu_path(result.stdout, r"^backend inductor on (?P<device>\w+)$", count=1)
+    logs.assert_nccl_ran(2)
     check_run(result)
 
 

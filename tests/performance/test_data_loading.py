@@ -8,6 +8,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "performance/data_loading.py"
 RANKS, SAMPLES = 2, 128
@@ -48,6 +49,8 @@ def test_shards_and_throughput_on_cpu():
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_with_pinned_memory():
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
-    assert "GPU figures" in result.stdout
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=logs.env)
+    assert "\nGPU figures, " in result.stdout  # "CPU-only figures" on the CPU
+    logs.assert_nccl_ran(RANKS)
     check_run(result.stdout)

@@ -6,6 +6,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 from tests.performance.reference import snippet_code
 
 SNIPPET = "performance/ddp_knobs.py"
@@ -70,7 +71,9 @@ def test_knobs_change_buckets_and_memory_not_results(model_bytes):
 
 @pytest.mark.multigpu(2)
 def test_on_gpus(model_bytes):
-    result = run(SNIPPET, launcher="torchrun", nproc=2)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env)
+    logs.assert_nccl_ran(2)  # the buckets are NCCL's all-reduces
     check_run(result.stdout, result.text, model_bytes)
 
 

@@ -5,6 +5,7 @@ import torch
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 from tests.performance.reference import assert_state_close, full_batch_reference
 
 SNIPPET = "performance/no_sync.py"
@@ -22,9 +23,10 @@ def rows(stdout):
     return table
 
 
-def check_run(workdir, atol):
+def check_run(workdir, atol, env=None):
     result = run(
-        SNIPPET, "--accumulate", ACCUMULATE, launcher="torchrun", nproc=RANKS, workdir=workdir
+        SNIPPET, "--accumulate", ACCUMULATE, launcher="torchrun", nproc=RANKS, workdir=workdir,
+        env=env,
     )
     table = rows(result.stdout)
     state = torch.load(workdir / "no_sync.pt", map_location="cpu", weights_only=True)
@@ -50,7 +52,9 @@ def test_no_sync_all_reduces_once_per_window_and_trains_the_same(tmp_path):
 
 @pytest.mark.multigpu(2)
 def test_on_gpus(tmp_path):
-    check_run(tmp_path, atol=1e-4)
+    logs = NcclLogs()
+    check_run(tmp_path, atol=1e-4, env=logs.env)
+    logs.assert_nccl_ran(RANKS)
 
 
 def test_forward_outside_no_sync_still_all_reduces(exercise_checks):

@@ -8,6 +8,7 @@ import torch
 
 from harness.launch import run, snippet_code
 from harness.outputs import BARRIER_WARNING, Tolerance, check_output
+from tests.on_gpus import NcclLogs
 from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "performance/ring_allreduce.py"
@@ -65,6 +66,8 @@ def test_barrier_names_the_gpu(monkeypatch):
 
 @pytest.mark.multigpu(4)
 def test_on_gpus():
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
+    logs = NcclLogs()
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=logs.env)
+    logs.assert_nccl_ran(RANKS)  # the ring's sends and receives, and dist.all_reduce
     check_run(result.stdout)
     assert BARRIER_WARNING not in result.text

@@ -60,11 +60,15 @@ def placement(stdout: str) -> tuple[int, dict[str, list[int]]]:
     return int(line[1]), nodes
 
 
+#: train.py's first line, with the backend and the device it trained on.
+WORLD = r"^world size \d+ \((?P<backend>\w+) on (?P<device>\w+)\): "
+
+
 def backend(stdout: str) -> str:
     """"gloo on cpu" or "nccl on cuda", from train.py's first line."""
-    line = re.search(r"^world size \d+ \((\w+ on \w+)\): ", stdout, re.M)
+    line = re.search(WORLD, stdout, re.M)
     assert line, stdout
-    return line[1]
+    return f"{line['backend']} on {line['device']}"
 
 
 def job_nodes(result: Result) -> list[str]:

@@ -21,7 +21,8 @@ import pytest
 
 from harness.outputs import check_output
 from harness.slurm import job_info, jobs_in
-from tests.slurm.jobs import (GPUS, assert_same_training, checkpoint, job_end,
+from tests.on_gpus import assert_gpu_path
+from tests.slurm.jobs import (GPUS, WORLD, assert_same_training, checkpoint, job_end,
                               losses, placement, submit)
 from tests.slurm.real_cluster import (GPU_ATOL, TIMEOUT, job_folder, on_the_gpu_cluster,
                                       real_cluster, real_one_node, submit_real)
@@ -105,3 +106,5 @@ def test_on_a_gpu_cluster(monkeypatch):
                           sbatch_args=cluster.shape(nodes=1)),
         one_node.workdir, job_folder("preemptible"), timeout=TIMEOUT)
     assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, atol=GPU_ATOL)
+    assert_gpu_path(result.stdout, WORLD, count=2)  # the first run and the requeued one
+    assert_gpu_path(reference.stdout, WORLD, count=1)

@@ -14,6 +14,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
 from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
 from tests.slurm.test_train_shards import SHARDS, assert_trained, make_shards, reads
@@ -62,8 +63,10 @@ def test_on_a_gpu_cluster(monkeypatch):
     workdir = job_folder("stage_data")
     make_shards(workdir)
     per_node = 2  # world size 2 or 4: the 16 shards share out evenly
+    logs = NcclLogs(workdir / "nccl-logs")  # where every node sees it
     job = submit_real(cluster, SCRIPT, files=("slurm/train_shards.py",), workdir=workdir,
                       world_size=cluster.nodes * per_node,
-                      sbatch_args=cluster.shape(gpus_per_node=per_node))
+                      sbatch_args=cluster.shape(gpus_per_node=per_node), env=logs.env)
     assert job_end(job)["state"] == "COMPLETED"
+    logs.assert_nccl_ran(cluster.nodes * per_node)
     assert_staged_once_per_node_and_read_there(job, job_nodes(job), cluster.nodes * per_node)

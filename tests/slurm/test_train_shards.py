@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from harness.launch import run
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "slurm/train_shards.py"
 #: The example data set: 16 shard files of 64 samples.
@@ -61,6 +62,8 @@ def test_each_rank_reads_its_own_shards(tmp_path):
 @pytest.mark.multigpu(2)
 def test_on_two_gpus(tmp_path):
     make_shards(tmp_path)
+    logs = NcclLogs()
     result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
-                 workdir=tmp_path)
+                 workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)
     assert_trained(result.stdout, 2)

@@ -16,6 +16,7 @@ from harness.launch import run
 from harness.outputs import check_output, check_text
 from tests.memory.runs import (FSDP2_RUNS, HAVE_DEEPSPEED, PARAMETERS, deepspeed_run,
                                deepspeed_tables, held_table, needs_deepspeed, torchrun)
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "tools/estimate_memory.py"
 RANKS = (1, 2, 4)
@@ -162,8 +163,10 @@ def test_bad_input_is_a_usage_error_not_a_traceback(args, message):
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_estimate_holds_too(tmp_path):
     """CUDA allocations, not CPU ones: the same bytes must come out."""
-    tables = held_table(run("memory/zero1.py", launcher="torchrun", nproc=2, workdir=tmp_path).stdout,
-                        "Adam|ZeroRedundancyOptimizer")
+    logs = NcclLogs()
+    zero1 = run("memory/zero1.py", launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
+    logs.assert_nccl_ran(2)
+    tables = held_table(zero1.stdout, "Adam|ZeroRedundancyOptimizer")
     for name, strategy in (("Adam", "ddp"), ("ZeroRedundancyOptimizer", "zero1")):
         states = estimated(2, strategy, "pytorch", "fp32", False)
         for held in tables[name]:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from harness.launch import Result, run
 from harness.outputs import GLOO_ERROR, check_text
+from tests.on_gpus import NcclLogs
 
 def run_together(**launches: dict) -> dict[str, Result]:
     """Start several launches at once (the failing ones mostly wait on a timeout).
@@ -33,10 +34,16 @@ def bug_and_fix(script: str, timeout: int = 5) -> dict[str, Result]:
 
 
 def bug_and_fix_on_gpus(script: str, timeout: int = 20) -> dict[str, Result]:
-    """bug_and_fix on 2 GPUs (NCCL); a longer collective timeout, as NCCL starts slower."""
+    """bug_and_fix on 2 GPUs; a longer collective timeout, as NCCL starts slower. Both
+    runs' processes ran NCCL (its logs show it)."""
     common = dict(script=script, launcher="torchrun", nproc=2, timeout=240, check=False)
-    return run_together(bug=dict(common, args=["--timeout", str(timeout)]),
-                        fix=dict(common, args=["--fix"]))
+    logs = {"bug": NcclLogs(), "fix": NcclLogs()}
+    runs = run_together(bug=dict(common, args=["--timeout", str(timeout)], env=logs["bug"].env),
+                        fix=dict(common, args=["--fix"], env=logs["fix"].env))
+    for name, result in runs.items():
+        assert logs[name].files(), result.report()  # none: say why the run failed
+        logs[name].assert_nccl_ran(2)
+    return runs
 
 
 def check_failed_by_itself(result: Result) -> None:

@@ -9,6 +9,7 @@ run once in the test session.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -22,6 +23,7 @@ from typing import Callable
 
 from harness.launch import BIN, Result, shared, snippet
 from harness.slurm import job_info, jobs_in
+from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import (TIMEOUT, RealCluster, job_folder, login_environment,
                                       submit_real)
@@ -38,6 +40,7 @@ class Stuck:
     dump: str  # what dump_stacks.sh printed the last time (every rank stuck)
     dumps: int  # how many times it ran until then
     stacks: dict[int, tuple[str, list[str]]]  # rank: (node, functions, innermost first)
+    nccl: NcclLogs | None = None  # on a GPU cluster: NCCL's logs of the ranks
 
 
 def stacks(dump: str) -> dict[int, tuple[str, list[str]]]:
@@ -122,11 +125,15 @@ def on_the_local_cluster() -> Stuck:
 
 @functools.cache
 def on_a_gpu_cluster(cluster: RealCluster) -> Stuck:
-    """The job on the GPU cluster the tests run in: its nodes, one task per GPU."""
+    """The job on the GPU cluster the tests run in: its nodes, one task per GPU, each
+    writing NCCL's log."""
     world_size = cluster.nodes * cluster.gpus_per_node
-    return hang_and_dump(functools.partial(submit_real, cluster, sbatch_args=cluster.shape()),
-                         job_folder("hang"), world_size, env=login_environment(),
-                         timeout=TIMEOUT)
+    folder = job_folder("hang")
+    logs = NcclLogs(folder / "nccl-logs")  # where every node sees it
+    stuck = hang_and_dump(functools.partial(submit_real, cluster, sbatch_args=cluster.shape(),
+                                            env=logs.env),
+                          folder, world_size, env=login_environment(), timeout=TIMEOUT)
+    return dataclasses.replace(stuck, nccl=logs)
 
 
 def by_rank(output: str) -> str:

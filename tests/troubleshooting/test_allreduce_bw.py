@@ -12,6 +12,7 @@ import re
 import pytest
 
 from harness.outputs import check_output
+from tests.on_gpus import assert_gpu_path
 from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
@@ -19,6 +20,9 @@ JOB = "troubleshooting/allreduce_bw.sbatch"
 SCRIPT = "troubleshooting/allreduce_bw.py"
 MIB = (1, 4, 16)
 ARGS = ("--mib", *map(str, MIB), "--iters", "5", "--warmup", "1")
+#: The line above each srun's table: its processes and nodes, backend and device, factor.
+HEAD = (r"^all_reduce, (?P<n>\d+) processes on (?P<nodes>\d+) nodes?, "
+        r"(?P<backend>\w+) on (?P<device>\w+): busbw = algbw x (?P<factor>\S+)$")
 
 
 def tables(stdout: str) -> list[dict]:
@@ -26,9 +30,7 @@ def tables(stdout: str) -> list[dict]:
     found = []
     for head, body in re.findall(
             r"(?m)^(all_reduce, .*)\n +bytes +time +algbw +busbw\n((?:^ +\d+ .*\n?)+)", stdout):
-        n, nodes, factor = re.match(
-            r"all_reduce, (\d+) processes on (\d+) nodes?, \w+ on \w+: busbw = algbw x (\S+)$",
-            head).groups()
+        n, nodes, factor = re.match(HEAD, head).group("n", "nodes", "factor")
         rows = [(int(b), float(ms), float(alg), float(bus)) for b, ms, alg, bus in re.findall(
             r"(?m)^ +(\d+) +([\d.]+) ms +([\d.]+) GB/s +([\d.]+) GB/s$", body)]
         found.append({"n": int(n), "nodes": int(nodes), "factor": float(factor), "rows": rows})
@@ -62,6 +64,7 @@ def test_on_a_gpu_cluster():
     result = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=cluster.shape(),
                          world_size=cluster.nodes * cluster.gpus_per_node)
     found = tables(result.stdout)
+    assert_gpu_path(result.stdout, HEAD, count=3)  # every srun's processes: NCCL on CUDA
     per_node, nodes = cluster.gpus_per_node, cluster.nodes
     assert [(t["n"], t["nodes"]) for t in found] == [
         (per_node, 1), (nodes, nodes), (per_node * nodes, nodes)]

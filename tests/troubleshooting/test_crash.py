@@ -9,6 +9,7 @@ import pytest
 
 from harness.launch import run, snippet
 from harness.outputs import check_text
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "troubleshooting/crash.py"
 
@@ -41,12 +42,12 @@ def assert_rank_1_died_of_sigsegv(result) -> tuple[str, str]:
     return cause, log
 
 
-def run_copy(folder, timeout):
+def run_copy(folder, timeout, env=None):
     """torchrun on a copy of the snippet in ``folder``, as a reader runs their copy: the
     paths in the stack are the copy's."""
     script = shutil.copy(snippet(SNIPPET), folder)
     return run(script, launcher="torchrun", nproc=2, timeout=timeout, check=False,
-               workdir=folder)
+               workdir=folder, env=env)
 
 
 def test_torchrun_names_the_rank_and_its_signal_and_the_rank_left_its_stack(tmp_path):
@@ -59,5 +60,7 @@ def test_torchrun_names_the_rank_and_its_signal_and_the_rank_left_its_stack(tmp_
 
 @pytest.mark.multigpu(2)
 def test_on_gpus(tmp_path):
-    result = run_copy(tmp_path, 180)
+    logs = NcclLogs()
+    result = run_copy(tmp_path, 180, env=logs.env)
     assert_rank_1_died_of_sigsegv(result)
+    logs.assert_nccl_ran(2)  # steps 0 to 2 all-reduced over NCCL

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from harness.outputs import check_output
+from tests.on_gpus import NcclLogs
 from tests.troubleshooting.common import run_together
 
 SNIPPET = "troubleshooting/divergence.py"
@@ -45,7 +46,11 @@ def test_training_through_model_module_lets_the_replicas_drift_apart(runs):
 @pytest.mark.multigpu(2)
 def test_on_gpus_the_replicas_stay_identical_and_model_module_lets_them_drift():
     common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=240)
-    gpu = run_together(right=common, bug=dict(common, args=["--bug"]))
+    logs = {"right": NcclLogs(), "bug": NcclLogs()}
+    gpu = run_together(right=dict(common, env=logs["right"].env),
+                       bug=dict(common, args=["--bug"], env=logs["bug"].env))
+    for name in logs:
+        logs[name].assert_nccl_ran(2)
     right, bug = table(gpu["right"].stdout), table(gpu["bug"].stdout)
     assert sorted(right) == [0, 1] and right[0][1] == right[1][1]
     assert "replicas identical: yes" in gpu["right"].stdout

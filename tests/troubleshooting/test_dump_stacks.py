@@ -52,3 +52,4 @@ def test_on_a_gpu_cluster(monkeypatch):
     nodes = list(dict.fromkeys(node for node, _ in stuck.stacks.values()))
     assert len(nodes) == cluster.nodes
     assert_every_rank_found_and_one_elsewhere(stuck, nodes, cluster.gpus_per_node, gpus=True)
+    stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # NCCL's all-reduce

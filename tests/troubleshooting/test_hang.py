@@ -10,6 +10,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_text
+from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.troubleshooting import stuck_job
@@ -49,13 +50,14 @@ def test_on_a_gpu_cluster(monkeypatch):
     stuck = stuck_job.on_a_gpu_cluster(cluster)
     assert stuck.job.script.name == JOB.split("/")[1]
     assert_hung_until_cancelled(stuck, cluster.nodes * cluster.gpus_per_node)
+    stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # stuck in NCCL
 
 
-def monitored(timeout: float):
+def monitored(timeout: float, env=None):
     """hang.py with a monitored barrier before each all-reduce, under torchrun on 2
     processes; the lines that name the missing rank."""
     result = run(SCRIPT, "--monitored-barrier", "5", launcher="torchrun", nproc=2,
-                 timeout=timeout, check=False)
+                 timeout=timeout, check=False, env=env)
     assert not result.timed_out and result.returncode != 0, result.report()
     assert re.findall(r"(?m)^step (\d+): ", result.stdout) == ["0", "1", "2", "3"]
     # the exception's line (rank 1, left alone, may also fail when rank 0 has gone)
@@ -72,4 +74,6 @@ def test_a_monitored_barrier_names_the_rank_that_did_not_arrive():
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_the_monitored_barrier_runs_in_its_gloo_group():
-    monitored(timeout=300)
+    logs = NcclLogs()
+    monitored(timeout=300, env=logs.env)
+    logs.assert_nccl_ran(2)  # the all-reduces of steps 0 to 3, over NCCL

@@ -11,6 +11,7 @@ import torch
 from harness import torch_versions
 from harness.launch import run, snippet
 from harness.outputs import BARRIER_WARNING, check_output
+from tests.on_gpus import NcclLogs
 from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
 
 SNIPPET = "troubleshooting/mismatch.py"
@@ -73,7 +74,10 @@ def test_detail_makes_ddp_crash_on_gloo_from_2_8(runs):
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_the_fix_runs_and_its_barrier_names_its_gpu(tmp_path):
-    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=180, workdir=tmp_path)
+    logs = NcclLogs()
+    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=180, workdir=tmp_path,
+                 env=logs.env)
+    logs.assert_nccl_ran(2)
     printed = [float(line.split()[-1]) for line in result.stdout.splitlines()
                if "validation loss" in line]
     assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
@@ -85,17 +89,21 @@ def test_on_gpus_rank_0_alone_in_a_collective_fails_the_job_at_the_timeout(tmp_p
     """NCCL may pair rank 0's all-reduce with rank 1's barrier (a one-element all-reduce)
     and go on, but rank 0 calls three collectives more than rank 1 in all: the job cannot
     end well, and the timeout ends it."""
+    logs = NcclLogs()
     result = run(SNIPPET, "--timeout", "20", launcher="torchrun", nproc=2, check=False,
-                 timeout=240, workdir=tmp_path)
+                 timeout=240, workdir=tmp_path, env=logs.env)
     assert not result.timed_out and result.returncode != 0, result.report()
+    logs.assert_nccl_ran(2)  # training's all-reduces, before the mismatch
     assert BARRIER_WARNING not in result.text
 
 
 @pytest.mark.multigpu(2)
 def test_on_gpus_detail_names_the_mismatched_collectives(tmp_path):
+    logs = NcclLogs()
     result = run(SNIPPET, "--timeout", "60", launcher="torchrun", nproc=2, check=False,
-                 timeout=120, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+                 timeout=120, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL", **logs.env})
     assert result.returncode != 0
+    logs.assert_nccl_ran(2)  # training's all-reduces went through NCCL
     assert "Detected mismatch between collectives on ranks" in result.text, result.report()
     assert "OpType=ALLREDUCE" in result.text and "OpType=BARRIER" in result.text
     assert "validation loss" not in result.stdout  # stopped before NCCL ran either
