@@ -12,6 +12,7 @@ from harness.outputs import check_output
 from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
                                      rank_stdout, run_every_rank_saves, saved,
                                      without_deepspeed_noise)
+from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
                                       submit_real)
@@ -89,8 +90,10 @@ def test_the_job_script_trains_on_two_nodes_as_many_processes_on_one():
 
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_accelerate_launch_trains_one_process_per_gpu():
-    result = accelerate(SNIPPET, nproc=2, flags=MULTI, timeout=240)
+    logs = NcclLogs()
+    result = accelerate(SNIPPET, nproc=2, flags=MULTI, timeout=240, env=logs.env)
     assert result.stdout.startswith("processes: 2, MULTI_GPU on cuda\n"), result.report()
+    logs.assert_nccl_ran(2)  # Accelerate's process group for MULTI_GPU: NCCL
     assert result.stdout.count("(32 steps per process)") == 3
     assert "final parameters identical on all 2 processes" in result.stdout
     assert_every_rank_holds_the_same(result, 2)

@@ -10,6 +10,7 @@ import torch
 from harness.outputs import check_output, check_text
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
 from tests.frameworks.test_horovod_train import horovodrun
+from tests.on_gpus import NcclLogs
 
 SNIPPET = "frameworks/ddp_from_horovod.py"
 
@@ -50,8 +51,11 @@ def test_on_two_gpus_the_translation_trains_as_horovod_does():
     ddp = run_every_rank_saves(SNIPPET, launcher="torchrun", nproc=2, timeout=240)
     assert ddp.stdout.startswith("2 processes, nccl backend, on cuda"), ddp.report()
     assert "final parameters identical on all 2 processes" in ddp.stdout
+    logs = NcclLogs()
     horovod = run_every_rank_saves("frameworks/horovod_train.py", launcher="horovodrun",
-                                   nproc=2, timeout=240)
+                                   nproc=2, timeout=240, env=logs.env)
+    assert horovod.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cuda")
+    logs.assert_nccl_ran(2)  # Horovod, too, all-reduced over NCCL
     assert len(losses(ddp.stdout)) == 3
     for a, b in zip(losses(ddp.stdout), losses(horovod.stdout)):
         assert float(a.split()[-1]) == pytest.approx(float(b.split()[-1]), abs=1e-3)

@@ -10,6 +10,7 @@ import torch
 
 from harness.outputs import check_output
 from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
+from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
                                       submit_real)
@@ -78,8 +79,11 @@ def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_each_process_trains_on_its_own_gpu():
     """build_horovod.sh gave a CUDA torch a Horovod with NCCL (test_build_horovod.py)."""
-    result = run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2, timeout=240)
+    logs = NcclLogs()
+    result = run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2, timeout=240,
+                                  env=logs.env)
     assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cuda")
+    logs.assert_nccl_ran(2)  # Horovod's all-reduces of GPU tensors go through NCCL
     assert "final parameters identical on all 2 processes" in result.stdout
     assert_every_rank_holds_the_same(result, 2)
 
