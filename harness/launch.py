@@ -69,6 +69,8 @@ class Launch:
     port: int
     workdir: Path
     options: dict
+    #: The environment the test gave the run (``run(env=...)``), over the session's.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -372,7 +374,8 @@ def run(
     logs = Path(tempfile.mkdtemp(prefix="logs-", dir=workdir))
     ranks_dir = logs / "ranks"
     ranks_dir.mkdir()
-    spec = Launch(path, [str(a) for a in args], nproc, nnodes, free_port(), workdir, options)
+    spec = Launch(path, [str(a) for a in args], nproc, nnodes, free_port(), workdir, options,
+                  dict(env or {}))
     procs = LAUNCHERS[launcher](spec)
     if world_size is None:
         world_size = _expected_ranks(launcher, nproc, nnodes)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import re
 import sys
 import tempfile
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.launch import BIN, ROOT, Launch, Proc, Result, free_port, launcher, run, snippet
+from harness.launch import (BIN, DEVICE_ENV, ROOT, Launch, Proc, Result, free_port, launcher, run,
+                            snippet)
 
 #: TensorFlow lives in a venv of its own; `make test-extras` creates it.
 TF_VENV = ROOT / ".venv-tf"
@@ -53,10 +55,20 @@ def _accelerate(l: Launch) -> list[Proc]:
                                 "--main_process_port", str(l.port), str(l.script), *l.args])]
 
 
+def tf_gpus(l: Launch) -> dict[str, str]:
+    """The environment that hides the GPUs from TensorFlow in the run of a test not marked
+    multigpu: CUDA_VISIBLE_DEVICES empty, unless the test names GPUs itself. TensorFlow
+    gets no patch like PyTorch's (harness/site/sitecustomize.py); where .venv-tf has CUDA,
+    each worker would otherwise take every GPU of the node, and print so."""
+    if os.environ.get(DEVICE_ENV) == "cpu" and "CUDA_VISIBLE_DEVICES" not in l.env:
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    return {}
+
+
 @launcher("tf-python")
 def _tf_python(l: Launch) -> list[Proc]:
     """``python script.py`` with the TensorFlow venv's Python."""
-    return [Proc("python", [str(TF_PYTHON), str(l.script), *l.args])]
+    return [Proc("python", [str(TF_PYTHON), str(l.script), *l.args], tf_gpus(l))]
 
 
 @launcher("tf-workers")
@@ -67,6 +79,7 @@ def _tf_workers(l: Launch) -> list[Proc]:
     workers = [f"127.0.0.1:{port}" for port in ports]
     return [Proc(f"worker{i}", [str(TF_PYTHON), str(l.script), *l.args], {
         "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}),
+        **tf_gpus(l),
     }) for i in range(l.nnodes)]
 
 
@@ -78,6 +91,7 @@ def _tf_srun(l: Launch) -> list[Proc]:
     return [Proc(f"task{rank}", [str(TF_PYTHON), str(l.script), *l.args, "--port", str(l.port)], {
         "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_STEP_NUM_TASKS": str(world),
         "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": str(world),
+        **tf_gpus(l),
     }) for rank in range(world)]
 
 

@@ -17,9 +17,8 @@ NO_SUCH_GPU = "GPU-00000000-0000-0000-0000-000000000000"
 
 
 def test_two_replicas_on_one_machine_hold_identical_variables():
-    # "": the GPUs, if any, hidden, as on a machine without GPUs
-    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT,
-                                  env={"CUDA_VISIBLE_DEVICES": ""})
+    # The GPUs, if any, are hidden (common.tf_gpus), as on a machine without GPUs
+    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT)
     check_output(result)
     assert result.stdout.startswith("TensorFlow 2.21.0 sees 0 GPU(s)\n"
                                     "2 replicas on CPU:0, CPU:1\n")
@@ -62,7 +61,7 @@ def test_gpus_named_but_not_found_stop_the_run_with_any_tensorflow():
 
 def test_expect_gpus_stops_the_run_when_tensorflow_sees_none():
     result = run(SNIPPET, "--expect-gpus", launcher="tf-python", timeout=TF_TIMEOUT,
-                 check=False, env={"CUDA_VISIBLE_DEVICES": ""})
+                 check=False)
     assert failed(result).startswith("GPUs were expected (--expect-gpus) but TensorFlow sees none")
 
 

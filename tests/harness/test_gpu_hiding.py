@@ -12,11 +12,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, ROOT, SNIPPETS, run
 from harness.outputs import check_text
+from tests.frameworks import common as frameworks
 
 PROBE = """\
 import torch
@@ -58,6 +60,30 @@ def test_a_session_with_two_gpus_runs_the_cpu_tests_on_the_cpu(tmp_path):
     report = session.stdout + session.stderr
     assert re.search(r"^2 passed, 1 skipped in ", session.stdout, re.M), report
     assert "needs 4 CUDA GPUs, this machine has 2" in session.stdout, report
+
+
+def test_tensorflow_runs_of_a_cpu_test_see_no_gpu(tmp_path, monkeypatch):
+    """TensorFlow's launchers hide the GPUs of a job (CUDA_VISIBLE_DEVICES, as Slurm sets
+    it) in every CPU test, unless the test names GPUs itself; a multigpu test keeps them.
+    This Python stands in for TensorFlow's: what matters is the environment it gets."""
+    monkeypatch.setattr(frameworks, "TF_PYTHON", Path(sys.executable))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a job's two GPUs
+    script = tmp_path / "gpus.py"
+    script.write_text("import os; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))\n")
+
+    def seen(launcher, env=None):
+        result = run(script, launcher=launcher, nproc=2 if launcher == "tf-srun" else 1,
+                     nnodes=2 if launcher == "tf-workers" else 1, world_size=0, env=env,
+                     workdir=tmp_path)
+        return [o.stdout for o in result.outputs]
+
+    for launcher in ("tf-python", "tf-workers", "tf-srun"):
+        processes = 1 if launcher == "tf-python" else 2
+        assert seen(launcher) == ["''\n"] * processes, launcher
+        assert seen(launcher, {"CUDA_VISIBLE_DEVICES": "1"}) == ["'1'\n"] * processes
+        monkeypatch.delenv(DEVICE_ENV)  # as in a multigpu test
+        assert seen(launcher) == ["'0,1'\n"] * processes, launcher
+        monkeypatch.setenv(DEVICE_ENV, "cpu")
 
 
 def test_a_test_with_gpus_never_rewrites_an_output_file(monkeypatch):
