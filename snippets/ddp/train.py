@@ -22,15 +22,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-#: Where each launcher puts the rank, the world size and the local rank.
-LAUNCHER_VARIABLES = [
-    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun (or set by hand)
-    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),  # srun
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",  # Open MPI's mpirun
-     "OMPI_COMM_WORLD_LOCAL_RANK"),
-]
-
-
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
@@ -53,12 +44,22 @@ def parse_args():
 
 def launcher_env():
     """Rank, world size and local rank, from whichever launcher started us."""
-    for names in LAUNCHER_VARIABLES:
-        if all(name in os.environ for name in names):
-            return [int(os.environ[name]) for name in names]
-    sys.exit("train.py: no launcher set RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK; "
-             "start it with torchrun, srun or mpirun, for one process: "
-             "torchrun --standalone --nproc_per_node=1 train.py")
+    env = os.environ
+    if "RANK" in env:  # torchrun (or set by hand)
+        names = "RANK", "WORLD_SIZE", "LOCAL_RANK"
+    elif "OMPI_COMM_WORLD_RANK" in env:  # Open MPI's mpirun, in a Slurm job or not
+        names = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_RANK")
+    elif "SLURM_STEP_ID" in env:  # a task of srun (srun runs its tasks in a job step)
+        names = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
+    elif "SLURM_JOB_ID" in env:  # the job script itself, where SLURM_PROCID is 0
+        sys.exit("train.py: the job script ran it without a launcher; start it with "
+                 "srun, torchrun or mpirun, for example: srun python train.py")
+    else:
+        sys.exit("train.py: no launcher set RANK, SLURM_PROCID or "
+                 "OMPI_COMM_WORLD_RANK; start it with torchrun, srun or mpirun, for "
+                 "one process: torchrun --standalone --nproc_per_node=1 train.py")
+    return [int(env[name]) for name in names]
 
 
 def setup(timeout):

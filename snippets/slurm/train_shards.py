@@ -21,11 +21,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-#: Where each launcher puts the rank, the world size and the local rank.
-LAUNCHER_VARIABLES = [
-    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun
-    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),  # srun
-]
 FEATURES, CLASSES = 20, 4
 
 
@@ -58,10 +53,15 @@ def make_shards(folder, shards=16, per_shard=64):
 
 def launcher_env():
     """Rank, world size and local rank, from torchrun's or srun's variables."""
-    for names in LAUNCHER_VARIABLES:
-        if all(name in os.environ for name in names):
-            return [int(os.environ[name]) for name in names]
-    sys.exit("train_shards.py: start it with srun or torchrun")
+    env = os.environ
+    if "RANK" in env:  # torchrun
+        names = "RANK", "WORLD_SIZE", "LOCAL_RANK"
+    elif "SLURM_STEP_ID" in env:  # a task of srun (srun runs its tasks in a job step)
+        names = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
+    else:  # no launcher, or the job script itself (its SLURM_PROCID is 0, always)
+        sys.exit("train_shards.py: no launcher started it; start it with srun or "
+                 "torchrun (in a job script: srun python train_shards.py)")
+    return [int(env[name]) for name in names]
 
 
 def setup():

@@ -10,8 +10,11 @@ import sys
 
 if "RANK" in os.environ:  # started by torchrun
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-else:  # started by srun
+elif "SLURM_STEP_ID" in os.environ:  # started by srun, which runs tasks in a job step
     names = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+else:  # no launcher, or the job script itself (its SLURM_PROCID is 0, always)
+    sys.exit("whereami.py: no launcher started it; start it with srun or torchrun "
+             "(in a job script: srun python whereami.py)")
 rank, world_size, local_rank = (os.environ[name] for name in names)
 node = os.environ.get("SLURMD_NODENAME", socket.gethostname())  # Slurm's name for it
 gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")  # the GPUs Slurm gave the job here

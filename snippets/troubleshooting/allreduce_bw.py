@@ -16,6 +16,7 @@ the link's peak bandwidth. Start one process per GPU, with srun or torchrun.
 import argparse
 import os
 import socket
+import sys
 import time
 
 import torch
@@ -33,14 +34,16 @@ def parse_args():
 
 
 def setup():
-    """Rank from srun (SLURM_PROCID) or torchrun (RANK); NCCL on GPUs, else gloo."""
-    if "RANK" in os.environ:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ["LOCAL_RANK"])
-    else:
-        rank = int(os.environ["SLURM_PROCID"])
-        world_size = int(os.environ["SLURM_NTASKS"])
-        local_rank = int(os.environ["SLURM_LOCALID"])
+    """Rank from torchrun (RANK) or srun (SLURM_PROCID); NCCL on GPUs, else gloo."""
+    env = os.environ
+    if "RANK" in env:  # torchrun
+        names = "RANK", "WORLD_SIZE", "LOCAL_RANK"
+    elif "SLURM_STEP_ID" in env:  # a task of srun (srun runs its tasks in a job step)
+        names = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
+    else:  # no launcher, or the job script itself (its SLURM_PROCID is 0, always)
+        sys.exit("allreduce_bw.py: no launcher started it; start it with srun or "
+                 "torchrun (in a job script: srun python allreduce_bw.py)")
+    rank, world_size, local_rank = (int(env[name]) for name in names)
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

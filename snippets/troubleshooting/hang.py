@@ -15,6 +15,7 @@ With --monitored-barrier SECONDS, rank 0 names the rank that is missing instead.
 import argparse
 import os
 import socket
+import sys
 import time
 from datetime import timedelta
 
@@ -36,14 +37,16 @@ def parse_args():
 
 
 def setup(timeout):
-    """Rank from srun (SLURM_PROCID) or torchrun (RANK); NCCL on GPUs, else gloo."""
-    if "RANK" in os.environ:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ["LOCAL_RANK"])
-    else:
-        rank = int(os.environ["SLURM_PROCID"])
-        world_size = int(os.environ["SLURM_NTASKS"])
-        local_rank = int(os.environ["SLURM_LOCALID"])
+    """Rank from torchrun (RANK) or srun (SLURM_PROCID); NCCL on GPUs, else gloo."""
+    env = os.environ
+    if "RANK" in env:  # torchrun
+        names = "RANK", "WORLD_SIZE", "LOCAL_RANK"
+    elif "SLURM_STEP_ID" in env:  # a task of srun (srun runs its tasks in a job step)
+        names = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
+    else:  # no launcher, or the job script itself (its SLURM_PROCID is 0, always)
+        sys.exit("hang.py: no launcher started it; start it with srun or torchrun "
+                 "(in a job script: srun python hang.py)")
+    rank, world_size, local_rank = (int(env[name]) for name in names)
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

@@ -18,6 +18,7 @@ import torch
 
 from harness.launch import Launch, Proc, Result, launcher, run, shared, snippet
 from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output, check_text
+from tests.slurm.started_by import STARTED_BY, assert_reads_its_launcher
 
 SNIPPET = "ddp/train.py"
 STEP_BATCH = 32  # samples per step over all processes: --batch-size is STEP_BATCH // world size
@@ -27,14 +28,16 @@ needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
 
 @launcher("srun-env")
 def _srun_env(l: Launch) -> list[Proc]:
-    """One process per task with the variables srun sets (SLURM_PROCID, SLURM_NTASKS,
-    SLURM_LOCALID...) and the MASTER_ADDR and MASTER_PORT the job script exports.
+    """One process per task with the variables srun sets (SLURM_JOB_ID, SLURM_STEP_ID,
+    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID...) and the MASTER_ADDR and MASTER_PORT the
+    job script exports.
 
     Options: ``master_addr`` (default 127.0.0.1), ``ranks`` (start only these tasks).
     """
     world = l.nproc * l.nnodes
     return [
         Proc(f"task{rank}", [sys.executable, str(l.script), *l.args], {
+            "SLURM_JOB_ID": str(l.port), "SLURM_STEP_ID": "0",
             "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_LOCALID": str(rank % l.nproc),
             "SLURM_NODEID": str(rank // l.nproc), "SLURM_NNODES": str(l.nnodes),
             "MASTER_ADDR": l.options.get("master_addr", "127.0.0.1"), "MASTER_PORT": str(l.port),
@@ -204,6 +207,14 @@ def one_line_error(result: Result, variant: str) -> str:
     assert "Traceback" not in result.text.split(lines[0])[-1], result.report()
     check_text(lines[0] + "\n", SNIPPET, variant)
     return lines[0]
+
+
+@pytest.mark.parametrize("started_by", STARTED_BY)
+def test_it_reads_the_rank_of_whatever_started_it_inside_a_slurm_job(started_by, monkeypatch):
+    """Open MPI's variables before Slurm's, which the processes mpirun starts inherit from
+    the job script or from a job step of mpirun's; Slurm's only in a task of srun, never
+    in the job script itself (tests/slurm/started_by.py)."""
+    assert_reads_its_launcher(SNIPPET, started_by, monkeypatch)
 
 
 def test_without_a_launcher_it_stops_with_one_line():

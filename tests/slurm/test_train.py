@@ -1,10 +1,11 @@
 """snippets/slurm/train.py, which every training job of docs/slurm runs.
 
-The jobs themselves are the tests of the job scripts; here, the promise of
-docs/slurm/preemption.md that a process killed while it writes a checkpoint leaves
-the previous checkpoint whole, and that a checkpoint of another model (another job's,
-in the same folder) stops the training with one line that says what to do. On 2 GPUs,
-the same with NCCL, whose barrier must be told the process's GPU.
+The jobs themselves are the tests of the job scripts; here, which variables it reads
+its rank from in each way of starting it inside a job (tests/slurm/started_by.py), and
+the promise of docs/slurm/preemption.md that a process killed while it writes a
+checkpoint leaves the previous checkpoint whole, and that a checkpoint of another model
+(another job's, in the same folder) stops the training with one line that says what to
+do. On 2 GPUs, the same with NCCL, whose barrier must be told the process's GPU.
 """
 
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from harness.launch import run, snippet
 from harness.outputs import BARRIER_WARNING
 from tests.slurm.jobs import backend
+from tests.slurm.started_by import SRUN_OR_TORCHRUN, assert_reads_its_launcher
 
 HELPER = Path(__file__).with_name("kill_during_save.py")
 
@@ -28,6 +30,13 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint_intact(tmp_path):
     assert state["step"] == 1
     with pytest.raises(Exception):  # what saving in place would have left behind
         torch.load(tmp_path / "checkpoint.pt.tmp", weights_only=True)
+
+
+@pytest.mark.parametrize("started_by", SRUN_OR_TORCHRUN)
+def test_it_reads_the_rank_of_srun_or_torchrun_and_stops_in_the_job_script(started_by,
+                                                                           monkeypatch):
+    """Slurm's variables only in a task of srun: the job script has SLURM_PROCID=0 too."""
+    assert_reads_its_launcher("slurm/train.py", started_by, monkeypatch)
 
 
 def refuse_another_models_checkpoint(folder):

@@ -13,6 +13,7 @@ import torch
 
 from harness.launch import run
 from tests.on_gpus import NcclLogs
+from tests.slurm.started_by import SRUN_OR_TORCHRUN, assert_reads_its_launcher
 
 SNIPPET = "slurm/train_shards.py"
 #: The example data set: 16 shard files of 64 samples.
@@ -29,6 +30,14 @@ def reads(stdout: str) -> list[tuple[int, str, int, list[str], str]]:
 def epoch_losses(stdout: str) -> list[tuple[float, int]]:
     return [(float(loss), int(n)) for loss, n in re.findall(
         r"^epoch \d+: loss (\S+) over (\d+) samples$", stdout, re.M)]
+
+
+@pytest.mark.parametrize("started_by", SRUN_OR_TORCHRUN)
+def test_it_reads_the_rank_of_srun_or_torchrun_and_stops_in_the_job_script(started_by,
+                                                                           monkeypatch):
+    """Slurm's variables only in a task of srun: the job script has SLURM_PROCID=0 too
+    (tests/slurm/started_by.py)."""
+    assert_reads_its_launcher(SNIPPET, started_by, monkeypatch)
 
 
 def make_shards(workdir, folder="project/shards"):

@@ -11,6 +11,7 @@ import pytest
 from harness.launch import run
 from tests.slurm.jobs import whereami
 from tests.slurm.real_cluster import TIMEOUT, job_folder, on_the_gpu_cluster, real_cluster
+from tests.slurm.started_by import STARTED_BY, SRUN_OR_TORCHRUN, assert_stopped_with_one_line
 
 
 def assert_two_tasks_per_node_with_two_gpus(result, nodes: int) -> list[str]:
@@ -30,6 +31,20 @@ def test_srun_on_a_login_node_starts_every_task_where_slurm_says():
     result = run("slurm/whereami.py", launcher="srun", nnodes=2, nproc=2, world_size=0,
                  srun_args=["--gpus-per-node=2"])
     assert assert_two_tasks_per_node_with_two_gpus(result, 2) == ["node1", "node2"]
+
+
+@pytest.mark.parametrize("started_by", SRUN_OR_TORCHRUN)
+def test_it_reports_the_rank_of_srun_or_torchrun_and_stops_in_the_job_script(started_by):
+    """In each way of starting it inside a job (tests/slurm/started_by.py): Slurm's
+    variables only in a task of srun, as the job script has SLURM_PROCID=0 too."""
+    expected = STARTED_BY[started_by][1]
+    result = run("slurm/whereami.py", launcher="started-by", started_by=started_by,
+                 world_size=0, check=expected is not None, timeout=60)
+    if expected is None:
+        assert_stopped_with_one_line(result)
+    else:
+        assert [(r, w, local, gpu) for r, w, _, local, gpu, *_ in whereami(result.stdout)] == [
+            (*expected, expected[2])]
 
 
 @on_the_gpu_cluster()

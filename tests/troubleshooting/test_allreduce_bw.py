@@ -11,10 +11,12 @@ import re
 
 import pytest
 
+from harness.launch import run
 from harness.outputs import check_output
 from tests.on_gpus import assert_gpu_path
 from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.started_by import assert_stopped_with_one_line
 
 JOB = "troubleshooting/allreduce_bw.sbatch"
 SCRIPT = "troubleshooting/allreduce_bw.py"
@@ -46,6 +48,13 @@ def assert_bus_bandwidth(table: dict, mib=MIB):
     for size, ms, algbw, busbw in table["rows"]:
         assert algbw == pytest.approx(size / (ms / 1e3) / 1e9, rel=2e-3, abs=2e-4)
         assert busbw == pytest.approx(algbw * factor, rel=1e-3, abs=2e-4)
+
+
+def test_in_the_job_script_without_srun_it_stops_at_once_with_one_line():
+    """The job script has SLURM_PROCID=0 and SLURM_NTASKS too, but no job step
+    (tests/slurm/started_by.py): the script does not wait there for ranks that never come."""
+    assert_stopped_with_one_line(run(SCRIPT, launcher="started-by", world_size=0,
+                                     check=False, timeout=60))
 
 
 @pytest.mark.slurm

@@ -13,6 +13,7 @@ from harness.outputs import check_text
 from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
+from tests.slurm.started_by import assert_stopped_with_one_line
 from tests.troubleshooting import stuck_job
 from tests.troubleshooting.common import check_errors, error_lines
 from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
@@ -34,6 +35,13 @@ def assert_hung_until_cancelled(stuck, world_size: int, steps: int = 5):
     logged = re.findall(r"(?m)^ *0: step (\d+): mean loss", result.stdout)
     assert logged == [str(step) for step in range(steps - 1)], result.stdout
     assert "saved" not in result.stdout and SKIPPING_RANK != 0
+
+
+def test_in_the_job_script_without_srun_it_stops_at_once_with_one_line():
+    """The job script has SLURM_PROCID=0 and SLURM_NTASKS too, but no job step
+    (tests/slurm/started_by.py): hang.py does not wait there for ranks that never come."""
+    assert_stopped_with_one_line(run(SCRIPT, launcher="started-by", world_size=0,
+                                     check=False, timeout=60))
 
 
 @pytest.mark.slurm
