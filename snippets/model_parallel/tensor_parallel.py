@@ -144,7 +144,9 @@ def full(tensor):
 def train_step(plan, mesh, device):
     torch.manual_seed(0)  # the same full model on every rank, before it is split
     model = parallelize_module(Net().to(device), mesh, plan)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # foreach=False: the model mixes DTensors and plain tensors (the whole layers).
+    # On GPUs the default (foreach) puts both in one call, which DTensor refuses.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
     x, y = (t.to(device) for t in make_batch())  # every rank gets the SAME batch
     phases = {name: CommDebugMode() for name in ("forward", "backward", "step")}
     with phases["forward"]:

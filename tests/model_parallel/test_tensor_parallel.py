@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.launch import run
+from harness.launch import run, snippet
 from harness.outputs import check_output
 from tests.model_parallel.reference import assert_tensors_close, trained_in_one_process
 from tests.on_gpus import NcclLogs
@@ -45,6 +45,27 @@ def test_two_ranks_give_the_loss_and_gradients_of_one_process(tmp_path):
         "+ sequence parallel": ["all_gather 3, reduce_scatter 2", "all_gather 3, reduce_scatter 2",
                                 "all_reduce 4"],
     }
+    assert_both_plans_match_one_process(result)
+
+
+#: Runs a script with the optimizers' default on a GPU, foreach: one call updates many tensors.
+WITH_FOREACH = """\
+import importlib, runpy, sys
+for name in ("torch.optim.optimizer", "torch.optim.sgd"):
+    module = importlib.import_module(name)
+    module._default_to_fused_or_foreach = lambda *args, **kwargs: (False, True)
+sys.argv.pop(0)
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_the_optimizer_steps_as_it_would_on_gpus(tmp_path):
+    """The model mixes DTensors and plain tensors; foreach, the default on GPUs, would get
+    both in one call, which DTensor refuses."""
+    wrapper = tmp_path / "with_foreach.py"
+    wrapper.write_text(WITH_FOREACH)
+    result = run(wrapper, str(snippet(SNIPPET)), launcher="torchrun", nproc=2,
+                 workdir=tmp_path, world_size=2)
     assert_both_plans_match_one_process(result)
 
 
