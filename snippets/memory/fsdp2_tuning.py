@@ -148,6 +148,8 @@ def flops_per_step(x, y, checkpointing=False):
 
 
 def main():
+    if int(os.environ["WORLD_SIZE"]) < 2:  # one rank holds everything: nothing to count
+        sys.exit("fsdp2_tuning.py needs at least 2 processes")
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)

@@ -165,7 +165,7 @@ def barrier(device):
 
 
 def main():
-    if int(os.environ["WORLD_SIZE"]) % 2:  # groups() needs pairs: stop before any output
+    if int(os.environ["WORLD_SIZE"]) % 2:  # groups() needs pairs: stop before printing
         sys.exit("message_passing.py needs an even number of processes")
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))

@@ -34,7 +34,10 @@ def parse_args():
                         help="samples per step and process")
     parser.add_argument("--checkpoint", default="checkpoint.pt",
                         help="where rank 0 saves the model: on the shared file system")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if not (args.data or args.make_shards):
+        parser.error("give --data DIR (or --make-shards DIR to write the example data)")
+    return args
 
 
 def make_shards(folder, shards=16, per_shard=64):

@@ -70,6 +70,12 @@ def test_each_knob_changes_the_counts_the_page_computes(ranks):
     check_counts(result, ranks)
 
 
+def test_one_process_stops_at_once_with_one_line():
+    result = run(SNIPPET, launcher="torchrun", nproc=1, world_size=0, check=False)
+    assert result.returncode != 0
+    assert "fsdp2_tuning.py needs at least 2 processes" in result.text
+
+
 @pytest.mark.multigpu(2)
 def test_on_two_gpus_the_counts_are_the_same(tmp_path):
     logs = NcclLogs()

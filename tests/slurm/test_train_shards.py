@@ -59,6 +59,12 @@ def assert_trained(stdout: str, world_size: int) -> None:
     assert losses[-1][0] < losses[0][0]
 
 
+def test_without_its_data_it_says_what_to_give():
+    result = run(SNIPPET, launcher="torchrun", nproc=1, world_size=0, check=False)
+    assert result.returncode != 0
+    assert "error: give --data DIR (or --make-shards DIR to write the example data)" in result.text
+
+
 def test_each_rank_reads_its_own_shards(tmp_path):
     assert make_shards(tmp_path) == SHARDS
     result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
