@@ -14,10 +14,15 @@ SNIPPET = "basics/dataparallel.py"
 def trained_without_dataparallel(device):
     """The snippet's own model, data and loop, on one device without DataParallel."""
     code = runpy.run_path(str(snippet(SNIPPET)))
-    torch.manual_seed(0)
-    net = code["Net"]().to(device)
-    x, y = code["make_data"](device)
-    code["train"](net, x, y)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the run (OMP_NUM_THREADS=1): sums in the same order
+    try:
+        torch.manual_seed(0)
+        net = code["Net"]().to(device)
+        x, y = code["make_data"](device)
+        code["train"](net, x, y)
+    finally:
+        torch.set_num_threads(threads)
     return net.state_dict()
 
 

@@ -36,7 +36,11 @@ def probe(tmp_path, device, fake_gpus=""):
 
 
 def test_the_gpus_a_run_sees(tmp_path):
-    assert probe(tmp_path, "") == "False 0 cpu None False 0\n"  # this machine: a CPU build
+    # Not hidden: what this machine's PyTorch says without the harness (on this kind of
+    # machine "False 0 cpu None False 0": a CPU build; on a GPU node its GPUs)
+    plain = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                           timeout=120, check=True).stdout
+    assert probe(tmp_path, "") == plain
     assert probe(tmp_path, "", fake_gpus="2") == "True 2 cuda cuda True 2\n"
     # Hidden GPUs: what a CUDA build says where none is visible; it was built for CUDA
     assert probe(tmp_path, "cpu", fake_gpus="2") == "False 0 cuda cuda False 0\n"

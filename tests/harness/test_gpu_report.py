@@ -49,7 +49,9 @@ def test_a_session_writes_a_report_a_maintainer_can_read(tmp_path):
     assert "what the run printed" in tests["test_fails"]["output"]
     assert [t["gpu"] for t in tests.values()] == [True, True, True, False]
     assert report["machine"]["torch"].startswith("2.")
-    assert gpu_report.gpus_text(report["machine"]) == "no GPU"  # this machine has none
+    gpus = report["machine"]["gpus"]  # what PyTorch lists: none on this kind of machine
+    assert gpu_report.gpus_text(report["machine"]) == (f"{len(gpus)} × {gpus[0]}" if gpus
+                                                       else "no GPU")
     text = (folder / "report.md").read_text()
     assert "- Outcome: 1 failed, 2 passed, 1 skipped" in text
     assert "| needs 8 CUDA GPUs, this machine has 1 |" in text

@@ -106,6 +106,8 @@ def test_the_build_stops_with_that_line(tmp_path):
     built = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "docs",
                             str(tmp_path / "html")], cwd=ROOT, capture_output=True, text=True,
                            env={"CENTRE": str(path), "PATH": "/usr/bin:/bin"}, timeout=120)
+    if "No module named sphinx" in built.stderr:  # a GPU machine's own Python, say
+        pytest.skip("needs Sphinx (requirements.txt)")
     assert built.returncode != 0
     assert (f"{path}: partitions[0].gpus_per_node is -1, expected a whole number of at "
             f"least 1\n") in built.stderr
