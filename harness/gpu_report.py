@@ -24,8 +24,10 @@ from pathlib import Path
 if __name__ == "__main__":  # run as `python harness/gpu_report.py`: import the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import torch_versions
-from harness.launch import ROOT
+import pytest
+
+from harness import launch, torch_versions
+from harness.launch import ROOT, SNIPPETS
 
 RECORD = ROOT / "docs" / "_data" / "gpu_runs.json"
 #: The most characters of a failure's output a report keeps (its end).
@@ -82,6 +84,9 @@ class Recorder:
         test = self.tests.setdefault(report.nodeid, {"outcome": "passed", "seconds": 0.0,
                                                      "gpu": "multigpu" in report.keywords})
         test["seconds"] = round(test["seconds"] + report.duration, 2)
+        ran = dict(report.user_properties).get("snippets")
+        if ran:
+            test["snippets"] = ran
         if report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             test.update(outcome="skipped", reason=reason.removeprefix("Skipped: "))
@@ -93,6 +98,15 @@ class Recorder:
     def pytest_sessionfinish(self, session, exitstatus):
         write(self.folder, {"machine": machine(), "command": self.args,
                             "exit status": int(exitstatus), "tests": self.tests})
+
+
+@pytest.fixture(autouse=True)
+def _snippets_it_ran(request):
+    """Which snippets the test started (harness.launch.RAN), sent with its report."""
+    launch.RAN.clear()
+    yield
+    ran = sorted({str(p.relative_to(SNIPPETS)) for p in launch.RAN if p.is_relative_to(SNIPPETS)})
+    request.node.user_properties.append(("snippets", ran))
 
 
 def pytest_addoption(parser):
@@ -143,25 +157,21 @@ def write(folder: Path, report: dict) -> None:
 
 
 def runs_of(report: dict) -> dict[str, dict]:
-    """What a report says of each snippet: GPU tests passed, failed and skipped in its
-    test file (the tests of a file that are not marked multigpu ran on the CPU)."""
-    per_file: dict[str, dict[str, int]] = {}
+    """What a report says of each snippet: its GPU tests passed, failed and skipped (the
+    tests not marked multigpu ran on the CPU). A test counts for the snippets it started;
+    one that started none itself (skipped, or reading a run another test made) counts for
+    the snippets its file is named after."""
+    info = report["machine"]
+    runs: dict[str, dict] = {}
     for nodeid, test in report["tests"].items():
         if not test.get("gpu", True):  # a collection error counts against its file
             continue
-        path = nodeid.split("::")[0]
         outcome = "failed" if test["outcome"] == "error" else test["outcome"]
-        tally = per_file.setdefault(path, {"passed": 0, "failed": 0, "skipped": 0})
-        tally[outcome] += 1
-    info = report["machine"]
-    runs = {}
-    for path, tally in per_file.items():
-        for snippet in torch_versions.snippets_of(path):
+        for snippet in test.get("snippets") or torch_versions.snippets_of(nodeid.split("::")[0]):
             run = runs.setdefault(snippet, {"date": info["date"][:10], "gpus": gpus_text(info),
                                             "torch": info.get("torch"), "passed": 0,
                                             "failed": 0, "skipped": 0})
-            for outcome, n in tally.items():
-                run[outcome] += n
+            run[outcome] += 1
     return runs
 
 

@@ -154,6 +154,9 @@ class Result:
 
 
 LAUNCHERS: dict[str, Callable[[Launch], list[Proc]]] = {}
+#: Every script :func:`run` started in this process, in order (the GPU report reads which
+#: snippets each test ran: harness/gpu_report.py).
+RAN: list[Path] = []
 
 #: A folder that every process of one test session shares (conftest.py makes it): the
 #: runs :func:`shared` keeps are stored there, so each happens once per session.
@@ -366,6 +369,7 @@ def run(
     or lost a rank raises AssertionError with every process's output tail.
     """
     path = snippet(script) if not Path(script).is_absolute() else Path(script)
+    RAN.append(path)
     if workdir is None:
         workdir = Path(tempfile.mkdtemp(prefix="snippet-"))
     workdir.mkdir(parents=True, exist_ok=True)

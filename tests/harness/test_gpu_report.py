@@ -13,7 +13,8 @@ import pytest
 
 @pytest.mark.multigpu(1)
 def test_passes():
-    pass
+    from harness import launch
+    launch.RAN.append(launch.SNIPPETS / "ddp" / "train.py")  # as harness.launch.run does
 
 @pytest.mark.multigpu(1)
 def test_fails():
@@ -48,6 +49,8 @@ def test_a_session_writes_a_report_a_maintainer_can_read(tmp_path):
     assert "the GPU run went wrong" in tests["test_fails"]["output"]
     assert "what the run printed" in tests["test_fails"]["output"]
     assert [t["gpu"] for t in tests.values()] == [True, True, True, False]
+    assert tests["test_passes"]["snippets"] == ["ddp/train.py"]  # what it started
+    assert "snippets" not in tests["test_fails"]  # it started nothing
     assert report["machine"]["torch"].startswith("2.")
     gpus = report["machine"]["gpus"]  # what PyTorch lists: none on this kind of machine
     assert gpu_report.gpus_text(report["machine"]) == (f"{len(gpus)} × {gpus[0]}" if gpus
@@ -70,6 +73,8 @@ def test_the_record_says_which_snippets_ran_on_which_gpus(tmp_path):
         "tests/ddp/test_set_epoch.py::test_cpu": {"outcome": "passed", "gpu": False, "seconds": 1},
         "tests/ddp/test_train.py::test_a": {"outcome": "passed", "gpu": True, "seconds": 1},
         "tests/ddp/test_train.py::test_b": {"outcome": "failed", "gpu": True, "seconds": 1},
+        "tests/slurm/test_no_srun.py::test_job": {"outcome": "passed", "gpu": True, "seconds": 1,
+                                                  "snippets": ["slurm/no_srun.sbatch"]},
         "tests/ddp/test_topology.py::test_c": {"outcome": "skipped", "gpu": True, "seconds": 0},
     })
     gpu_report.write(tmp_path / "report", report)
@@ -80,7 +85,8 @@ def test_the_record_says_which_snippets_ran_on_which_gpus(tmp_path):
                                         "torch": "2.11.0+cu130", "passed": 1, "failed": 0,
                                         "skipped": 0}  # the CPU test is not counted
     ran = {snippet: gpu_report.ran_on_gpus(run) for snippet, run in runs.items()}
-    assert ran == {"ddp/set_epoch.py": True, "ddp/train.py": False, "ddp/topology.py": False}
+    assert ran == {"ddp/set_epoch.py": True, "ddp/train.py": False, "ddp/topology.py": False,
+                   "slurm/no_srun.sbatch": True}  # not slurm/train.py, which it copies
 
 
 def test_the_committed_record_names_only_snippets_that_exist():
