@@ -92,7 +92,7 @@ else:
     spelling_ignore_contributor_names = False
 
 nitpicky = True
-exclude_patterns = ["_build", "README.md"]
+exclude_patterns = ["_build", "_data", "README.md"]
 myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline", "substitution"]
 myst_heading_anchors = 3
 

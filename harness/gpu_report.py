@@ -79,6 +79,10 @@ class Recorder:
             self.tests[report.nodeid or "collection"] = {
                 "outcome": "error", "when": "collect", "seconds": 0.0,
                 "output": str(report.longrepr)[-FAILURE_CHARS:]}
+        elif report.skipped:  # a whole module, e.g. for want of a package
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.tests[report.nodeid] = {"outcome": "skipped", "seconds": 0.0, "gpu": False,
+                                         "reason": reason.removeprefix("Skipped: ")}
 
     def pytest_runtest_logreport(self, report):
         test = self.tests.setdefault(report.nodeid, {"outcome": "passed", "seconds": 0.0,
@@ -176,8 +180,11 @@ def runs_of(report: dict) -> dict[str, dict]:
 
 
 def record(folder: Path, path: Path = RECORD) -> dict:
-    """Add the report in ``folder`` to the record: for each snippet its latest GPU run."""
-    runs = runs_of(json.loads((folder / "report.json").read_text()))
+    """Add the report in ``folder`` to the record: for each snippet its latest GPU run in
+    which a test of it ran (a run that only skipped it keeps the one before)."""
+    runs = {snippet: run for snippet, run in runs_of(json.loads((folder / "report.json")
+                                                                .read_text())).items()
+            if run["passed"] + run["failed"]}
     data = json.loads(path.read_text()) if path.exists() else {}
     data.update(runs)
     path.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
@@ -193,5 +200,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] != ["record"] or len(sys.argv) != 3:
         sys.exit("usage: python -m harness.gpu_report record DIR")
     added = record(Path(sys.argv[2]))
-    print(f"{RECORD.relative_to(ROOT)}: {sum(map(ran_on_gpus, added.values()))} of "
-          f"{len(added)} snippets of this report ran on GPUs")
+    failed = sorted(snippet for snippet, run in added.items() if not ran_on_gpus(run))
+    print(f"{RECORD.relative_to(ROOT)}: {len(added) - len(failed)} snippets passed their GPU "
+          f"tests in this report" + (f"; these failed: {', '.join(failed)}" if failed else ""))

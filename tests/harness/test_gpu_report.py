@@ -85,8 +85,14 @@ def test_the_record_says_which_snippets_ran_on_which_gpus(tmp_path):
                                         "torch": "2.11.0+cu130", "passed": 1, "failed": 0,
                                         "skipped": 0}  # the CPU test is not counted
     ran = {snippet: gpu_report.ran_on_gpus(run) for snippet, run in runs.items()}
-    assert ran == {"ddp/set_epoch.py": True, "ddp/train.py": False, "ddp/topology.py": False,
+    assert ran == {"ddp/set_epoch.py": True, "ddp/train.py": False,  # topology.py: skipped
                    "slurm/no_srun.sbatch": True}  # not slurm/train.py, which it copies
+    # A later run that only skips a snippet keeps the run before
+    gpu_report.write(tmp_path / "later", report_of({
+        "tests/ddp/test_set_epoch.py::test_gpu": {"outcome": "skipped", "gpu": True,
+                                                  "seconds": 0}}))
+    gpu_report.record(tmp_path / "later", record)
+    assert json.loads(record.read_text()) == runs
 
 
 def test_the_committed_record_names_only_snippets_that_exist():
