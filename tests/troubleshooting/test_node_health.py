@@ -43,7 +43,7 @@ def failed(result) -> list[str]:
 @pytest.mark.slurm
 def test_nodes_whose_gpus_pytorch_cannot_see_fail_and_say_why():
     result = submit(JOB, files=(SCRIPT,), check=False)
-    check_output(result, "nogpu")
+    check_output(result, "no-gpu")
     assert job_end(result)["state"] == "FAILED" and result.returncode == 1
     assert report(result) == {"node1": "FAIL", "node2": "FAIL"}
     for node in ("node1", "node2"):
