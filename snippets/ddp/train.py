@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
@@ -59,6 +60,9 @@ def launcher_env():
         sys.exit("train.py: no launcher set RANK, SLURM_PROCID or "
                  "OMPI_COMM_WORLD_RANK; start it with torchrun, srun or mpirun, for "
                  "one process: torchrun --standalone --nproc_per_node=1 train.py")
+    missing = [name for name in names if name not in env]  # RANK set by hand, say
+    if missing:
+        sys.exit(f"train.py: {names[0]} is set but not {' or '.join(missing)}")
     return [int(env[name]) for name in names]
 
 

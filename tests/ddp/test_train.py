@@ -217,6 +217,13 @@ def test_it_reads_the_rank_of_whatever_started_it_inside_a_slurm_job(started_by,
     assert_reads_its_launcher(SNIPPET, started_by, monkeypatch)
 
 
+def test_rank_set_by_hand_without_the_others_stops_with_one_line():
+    result = run(SNIPPET, check=False, timeout=60, env={"RANK": "0", "WORLD_SIZE": "1"})
+    assert result.outputs[0].returncode == 1
+    assert "Traceback" not in result.text
+    assert "train.py: RANK is set but not LOCAL_RANK" in result.text
+
+
 def test_without_a_launcher_it_stops_with_one_line():
     result = run(SNIPPET, check=False, timeout=60)
     assert result.outputs[0].returncode == 1
