@@ -178,7 +178,9 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if REQUIRE_ALL and report.skipped and not item.get_closest_marker("multigpu"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        from harness.gpu_report import skip_reason  # the plugin, loaded by then
+
+        reason = skip_reason(report)
         report.outcome = "failed"
         report.longrepr = f"REQUIRE_ALL=1 forbids skipping this test: {reason}"
 

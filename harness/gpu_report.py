@@ -67,6 +67,12 @@ def gpus_text(info: dict) -> str:
     return " + ".join(f"{gpus.count(n)} × {n}" for n in names) if names else "no GPU"
 
 
+def skip_reason(report) -> str:
+    """Why pytest skipped a test or a module, from its report."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 class Recorder:
     """Collects every test's outcome in the process that runs the session."""
 
@@ -80,9 +86,8 @@ class Recorder:
                 "outcome": "error", "when": "collect", "seconds": 0.0,
                 "output": str(report.longrepr)[-FAILURE_CHARS:]}
         elif report.skipped:  # a whole module, e.g. for want of a package
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             self.tests[report.nodeid] = {"outcome": "skipped", "seconds": 0.0, "gpu": False,
-                                         "reason": reason.removeprefix("Skipped: ")}
+                                         "reason": skip_reason(report)}
 
     def pytest_runtest_logreport(self, report):
         test = self.tests.setdefault(report.nodeid, {"outcome": "passed", "seconds": 0.0,
@@ -92,8 +97,7 @@ class Recorder:
         if ran:
             test["snippets"] = ran
         if report.skipped:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            test.update(outcome="skipped", reason=reason.removeprefix("Skipped: "))
+            test.update(outcome="skipped", reason=skip_reason(report))
         elif report.failed:
             sections = "\n".join(f"--- {name} ---\n{text}" for name, text in report.sections)
             test.update(outcome="failed" if report.when == "call" else "error", when=report.when,
