@@ -114,7 +114,7 @@ def follow(sbatch_argv: list[str], poll: float = POLL_SECONDS) -> int:
         _print_file(info.get("StdErr", ""), sys.stderr)
     status = exit_status(info)
     _log(f"job {job_id} ended: {info['JobState']}, exit code {info.get('ExitCode')}, "
-         f"restarts {info.get('Restarts')}; exit status {status}")
+         f"restarts {info.get('Restarts')}, ran {info.get('RunTime')}; exit status {status}")
     return status
 
 

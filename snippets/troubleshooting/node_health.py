@@ -73,10 +73,10 @@ def main():
             reason = f"{visible} of {wanted} GPUs visible"
             if not cuda:
                 reason = f"CUDA unavailable, {reason}"
-            if local_rank == 0:
+            if local_rank == 0:  # one line per node; only it fails, so that torchrun
                 print(f"{node}: FAIL ({processes} processes, nothing tested): {reason}",
-                      flush=True)
-            sys.exit(1)
+                      flush=True)  # does not stop it for another's exit before it prints
+            sys.exit(1 if local_rank == 0 else 0)
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)

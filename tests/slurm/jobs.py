@@ -50,6 +50,16 @@ def job_end(result: Result) -> dict[str, str]:
     return {"state": line[1], "exit code": line[2], "restarts": int(line[3])}
 
 
+def run_seconds(result: Result) -> int:
+    """Seconds the job ran (Slurm's RunTime, from the poller's last line): without the time
+    it waited in the queue, which a loaded machine makes long."""
+    line = re.search(r"poller: job \d+ ended: .*, ran (?:(\d+)-)?(\d+):(\d+):(\d+);",
+                     result.outputs[0].stderr)
+    assert line, result.report()
+    days, hours, minutes, seconds = (int(part or 0) for part in line.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
 def placement(stdout: str) -> tuple[int, dict[str, list[int]]]:
     """World size and ranks per node, from train.py's first line."""
     line = re.search(r"^world size (\d+) \(\w+ on \w+\): (.*)$", stdout, re.M)
