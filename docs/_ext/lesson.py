@@ -1,10 +1,15 @@
 """Lesson furniture: Overview, Objectives and Key points boxes, and the table of lessons.
 
-Each lesson page declares ``minutes`` in its front matter; ``lesson-table``
-lists every such page in table-of-contents order with its minutes, so the
-landing page's table cannot disagree with the pages.
+A lesson is a page with Objectives. Its minutes are computed from its prose and its
+unfolded code (reading.py), never typed; ``lesson-table`` lists every lesson in
+table-of-contents order with its minutes, so the landing page's table cannot disagree
+with the pages. A lesson over the reading budget, or one that uses a glossary term
+before it links it, is a build warning (with -W, as the Makefile builds, an error).
 """
 
+from pathlib import Path
+
+import reading
 from docutils import nodes
 from docutils.parsers.rst import Directive
 from docutils.parsers.rst.directives.admonitions import BaseAdmonition
@@ -34,6 +39,28 @@ class lesson_table(nodes.General, nodes.Element):
 class LessonTable(Directive):
     def run(self):
         return [lesson_table()]
+
+
+def measure(app, doctree):
+    """A lesson's minutes into its metadata; its reading budget and glossary links checked."""
+    env = app.env
+    if not any("objectives" in n["classes"] for n in doctree.findall(nodes.admonition)):
+        return
+    source = Path(env.doc2path(env.docname))
+    text = source.read_text()
+    snippets = (Path(env.srcdir) / getattr(env.config, "snippets_dir", "../snippets")).resolve()
+    env.metadata[env.docname]["minutes"] = reading.minutes(text, snippets)
+    count = reading.words(text)
+    if count > reading.BUDGET:
+        logger.warning("%d words of prose, over the budget of %d: cut or split the page",
+                       count, reading.BUDGET, location=env.docname, type="lesson",
+                       subtype="budget")
+    glossary = Path(env.srcdir) / "glossary.md"
+    if glossary.is_file():
+        env.note_dependency(str(glossary))
+        for term, line in reading.unlinked_terms(text, reading.glossary_terms(glossary.read_text())):
+            logger.warning("first use of %r is not a {term} link to the glossary", term,
+                           location=(env.docname, line), type="lesson", subtype="glossary")
 
 
 def _docs_in_order(env, doc, seen):
@@ -85,6 +112,7 @@ def setup(app):
     app.add_directive("keypoints", _admonition("Key points", "keypoints"))
     app.add_node(lesson_table)
     app.add_directive("lesson-table", LessonTable)
+    app.connect("doctree-read", measure)
     app.connect("doctree-resolved", fill_tables)
     app.connect("env-get-outdated", root_is_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -16,11 +16,17 @@ Job scripts (``.sbatch``) follow the centre profile (``harness/profile.py``, the
 the profile renders, which is the one the tests submit. The rendered copies live in
 the build's doctree folder, under ``rendered/``.
 
-Under each snippet, "Tested with PyTorch A to B": the releases its tests passed on, from
-the file the test runs write (``snippets_torch_versions``, harness/torch_versions.py);
-near the top of each page, the releases every snippet of the page passed on, and which of
+How each page was tested goes into one collapsed box under its title, and nowhere else:
+what the page's ``how-tested`` directive says (the launcher, the processes, the machine,
+what was not run), then, computed here, the releases of PyTorch every snippet of the page
+passed its tests on (``snippets_torch_versions``, harness/torch_versions.py) and which of
 them have run on GPUs, on which GPUs and when (``snippets_gpu_runs``, harness/gpu_report.py).
-A snippet that uses PyTorch (its text names torch) and has no entry there fails the build.
+A snippet that uses PyTorch (its text names torch) and has no tested release fails the build.
+
+``{from-run}`path: regex``` writes into a sentence the text that the regex's group matches
+in the first matching line of a captured output (``path`` relative to ``snippets/``), so a
+sentence that restates a run's figure changes with the run; a regex that no longer matches
+fails the build.
 """
 
 import json
@@ -33,6 +39,7 @@ from docutils import nodes
 from sphinx import addnodes
 from sphinx.directives.code import LiteralInclude, container_wrapper
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective, SphinxRole
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the guide's top folder
 from harness.gpu_report import ran_on_gpus  # noqa: E402
@@ -135,6 +142,8 @@ class Snippet(LiteralInclude):
         return nodes.paragraph("", "", ref, classes=["snippet-download"])
 
     def tested_with(self, env, path: str) -> list:
+        """A marker of the snippet's tested releases, which page_range collects into the
+        page's box; nothing is shown under the snippet itself."""
         env.note_dependency(str(Path(env.srcdir) / env.config.snippets_torch_versions))
         found = tested_range(_versions(env).get(path, {}))
         if found is None:
@@ -144,8 +153,7 @@ class Snippet(LiteralInclude):
                     env.snippets_untested = {}
                 env.snippets_untested.setdefault(env.docname, []).append(path)
             return []
-        node = nodes.paragraph("", f"Tested with {_range_text(*found)}.",
-                               classes=["snippet-torch"])
+        node = tested_marker()
         node["oldest"], node["newest"], node["path"] = *found, path
         return [node]
 
@@ -160,38 +168,113 @@ class SnippetOutput(Snippet):
         return super().run()
 
 
+class tested_marker(nodes.Invisible, nodes.Element):
+    """A snippet's tested releases; removed once the page's box has them."""
+
+
+class tested_box(nodes.General, nodes.Element):
+    """The collapsed box of how a page was tested: a <details> element in HTML."""
+
+
+class HowTested(SphinxDirective):
+    """What the page says of how its snippets ran; page_range puts it in the page's box."""
+
+    has_content = True
+
+    def run(self):
+        box = tested_box()
+        self.state.nested_parse(self.content, self.content_offset, box)
+        return [box]
+
+
 def page_range(app, doctree):
-    """Under the page's title: the releases every snippet of the page passed on."""
-    ranges = [(n["oldest"], n["newest"]) for n in doctree.findall(nodes.paragraph)
-              if "snippet-torch" in n["classes"]]
+    """The page's box under its title: the page's own words, the releases of PyTorch its
+    snippets passed their tests on, and their runs on GPUs."""
+    markers = list(doctree.findall(tested_marker))
+    boxes = list(doctree.findall(tested_box))
     title = next(iter(doctree.findall(nodes.title)), None)
-    if not ranges or title is None:
+    for node in markers + boxes:
+        node.parent.remove(node)
+    if title is None or not (markers or boxes):
         return
-    oldest = max((r[0] for r in ranges), key=_key)
-    newest = min((r[1] for r in ranges), key=_key)
-    if _key(oldest) <= _key(newest):
-        which = "this release" if oldest == newest else "these releases"
-        text = (f"Tested with {_range_text(oldest, newest)}: the tests of every script on "
-                f"this page passed on {which} (each script says its own range).")
+    box = tested_box()
+    for extra in boxes:
+        box.extend(extra.children)
+    ranges = {}
+    for marker in markers:
+        ranges.setdefault(marker["path"], (marker["oldest"], marker["newest"]))
+    if ranges:
+        box["summary"] = f"How this page was tested ({_page_range(ranges)})"
+        box += releases(ranges)
+        box += nodes.paragraph("", gpu_text(app.env, sorted(ranges)))
     else:
-        text = ("The scripts on this page were tested with different releases of PyTorch: "
-                "each says its own range.")
-    title.parent.insert(title.parent.index(title) + 1,
-                        nodes.paragraph("", text + " " + gpu_text(app.env, doctree),
-                                        classes=["page-torch"]))
+        box["summary"] = "How this page was tested"
+    title.parent.insert(title.parent.index(title) + 1, box)
 
 
-def gpu_text(env, doctree) -> str:
+def _page_range(ranges: dict) -> str:
+    """The releases every snippet passed on, as "PyTorch A to B", or "PyTorch" if none."""
+    oldest = max((r[0] for r in ranges.values()), key=_key)
+    newest = min((r[1] for r in ranges.values()), key=_key)
+    return _range_text(oldest, newest) if _key(oldest) <= _key(newest) else "PyTorch"
+
+
+def releases(ranges: dict) -> list:
+    """A sentence for one range, else one item per script."""
+    if len(set(ranges.values())) == 1:
+        text = _range_text(*next(iter(ranges.values())))
+        which = "the script" if len(ranges) == 1 else f"all {len(ranges)} scripts"
+        return [nodes.paragraph("", f"The tests of {which} on this page passed with {text}.")]
+    items = nodes.bullet_list()
+    for path, found in ranges.items():  # in the order the page shows them
+        items += nodes.list_item("", nodes.paragraph("", f"{Path(path).name}: {_range_text(*found)}"))
+    return [nodes.paragraph("", "The tests of the scripts on this page passed with these "
+                                "releases of PyTorch:"), items]
+
+
+def visit_box(self, node):
+    self.body.append(f'<details class="how-tested"><summary>{self.encode(node["summary"])}'
+                     "</summary>\n")
+
+
+def depart_box(self, node):
+    self.body.append("</details>\n")
+
+
+def skip_summary(self, node):
+    """Other builders: the box's contents, without the summary."""
+
+
+class FromRun(SphinxRole):
+    """{from-run}`path: regex`: the regex's group in the first matching line of the output."""
+
+    def run(self):
+        path, _, pattern = self.text.partition(":")
+        file = snippets_dir(self.env) / path.strip()
+        self.env.note_dependency(str(file))
+        where = self.get_location()
+        if not file.is_file():
+            logger.warning("from-run: no captured output %s", path.strip(), location=where,
+                           type="snippets", subtype="from-run")
+            return [nodes.inline(self.rawtext, self.text)], []
+        match = re.search(pattern.strip(), file.read_text(), re.MULTILINE)
+        if match is None or match.lastindex != 1:
+            logger.warning("from-run: no line of %s matches %r with one group: the sentence "
+                           "no longer says what the run printed", path.strip(), pattern.strip(),
+                           location=where, type="snippets", subtype="from-run")
+            return [nodes.inline(self.rawtext, self.text)], []
+        return [nodes.inline(self.rawtext, match[1], classes=["from-run"])], []
+
+
+def gpu_text(env, paths: list[str]) -> str:
     """Which of the page's scripts have run on GPUs, on which and when: from the record
     of GPU runs, and "not yet" for the others."""
     path = Path(env.srcdir) / env.config.snippets_gpu_runs
     env.note_dependency(str(path))
     record = json.loads(path.read_text()) if path.is_file() else {}
-    paths = sorted({n["path"] for n in doctree.findall(nodes.paragraph)
-                    if "snippet-torch" in n["classes"]})
     ran = {p: record[p] for p in paths if ran_on_gpus(record.get(p))}
     if not ran:
-        return "They have not run on GPUs yet."
+        return "The scripts on this page have not run on GPUs yet."
     runs = {}
     for p, run in ran.items():
         runs.setdefault((run["gpus"], run["torch"], run["date"]), []).append(Path(p).name)
@@ -249,6 +332,11 @@ def setup(app):
     app.add_config_value("centre", "", "env")  # the centre profile's path; "": the default
     app.add_directive("snippet", Snippet)
     app.add_directive("snippet-output", SnippetOutput)
+    app.add_directive("how-tested", HowTested)
+    app.add_role("from-run", FromRun())
+    app.add_node(tested_marker)
+    app.add_node(tested_box, html=(visit_box, depart_box),
+                 **{b: (skip_summary, skip_summary) for b in ("latex", "text", "man", "texinfo")})
     app.add_config_value("snippets_torch_versions", "_data/torch_versions.json", "env")
     app.add_config_value("snippets_gpu_runs", "_data/gpu_runs.json", "env")
     app.connect("doctree-read", page_range)

@@ -38,7 +38,8 @@ def build(tmp_path: Path, pages: dict[str, str], snippets: dict[str, str]):
 
 
 INDEX = "# Home\n\n```{lesson-table}\n```\n\n```{toctree}\npage\n```\n"
-PAGE = "---\nminutes: 7\n---\n# A page\n\n```{snippet} ch/used.py\n```\n\n```{snippet-output} ch/used.out\n```\n"
+PAGE = ("# A page\n\n```{objectives}\n- Read a script.\n```\n\n```{snippet} ch/used.py\n```\n\n"
+        "```{snippet-output} ch/used.out\n```\n")
 
 
 def test_snippets_are_included_downloadable_and_listed(tmp_path):
@@ -49,7 +50,7 @@ def test_snippets_are_included_downloadable_and_listed(tmp_path):
     assert re.search(r'<a class="reference download[^>]*href="_downloads/\w+/used\.py"', html)
     assert list(out.glob("_downloads/*/used.py"))
     index = (out / "index.html").read_text()
-    assert "A page" in index and ">7<" in index
+    assert "A page" in index and ">5<" in index  # computed: the least a lesson takes
 
 
 @pytest.mark.parametrize("page, problem", [
@@ -72,7 +73,7 @@ NOTEBOOK = ('{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# 
 
 
 def test_a_notebook_shows_its_code_cells_and_is_offered_and_counted_as_shown(tmp_path):
-    page = "---\nminutes: 3\n---\n# Notebook\n\n```{snippet} ch/nb.ipynb\n```\n"
+    page = "# Notebook\n\n```{snippet} ch/nb.ipynb\n```\n"
     versions = json.dumps({"ch/nb.ipynb": {"2.13.0": "passed"}})
     warnings, out = build(tmp_path, {"index.md": INDEX, "page.md": page,
                                      "_data/torch_versions.json": versions},
@@ -86,8 +87,9 @@ def test_a_notebook_shows_its_code_cells_and_is_offered_and_counted_as_shown(tmp
     assert list(out.glob("_downloads/*/nb.ipynb"))
 
 
-TORCH_PAGE = ("---\nminutes: 5\n---\n# Two scripts\n\nText.\n\n```{snippet} ch/old.py\n```\n\n"
-              "```{snippet} ch/new.py\n```\n\n```{snippet} ch/plain.sh\n```\n")
+TORCH_PAGE = ("# Two scripts\n\nText.\n\n```{snippet} ch/old.py\n```\n\n"
+              "```{snippet} ch/new.py\n```\n\n```{snippet} ch/plain.sh\n```\n\n"
+              "```{how-tested}\nRun on two CPUs.\n```\n")
 TORCH_SNIPPETS = {"ch/old.py": "import torch\n", "ch/new.py": "import torch\n",
                   "ch/plain.sh": "echo hi\n"}
 VERSIONS = {"ch/old.py": {"2.4.1": "passed", "2.6.0": "passed", "2.13.0": "passed",
@@ -103,13 +105,20 @@ def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
                           TORCH_SNIPPETS)
     # (a second Sphinx in one process warns that its node classes are registered already)
     assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
-    text = re.sub(r"<[^>]+>|\s+", " ", (out / "torch.html").read_text())
-    assert "Tested with PyTorch 2.4.1 to 2.13.0." in text  # 2.15.0 failed
-    assert "Tested with PyTorch 2.8.0 to 2.15.0." in text  # failed on 2.6.0
-    # the page: the releases both passed on, under its title, before the text
-    assert re.search(r"Two scripts.{0,20} Tested with PyTorch 2\.8\.0 to 2\.13\.0: .* Text\.", text)
-    assert text.count("Tested with") == 3  # no range for the script without torch
-    assert "They have not run on GPUs yet." in text  # no record of GPU runs
+    html = (out / "torch.html").read_text()
+    # one collapsed box, under the title, before the text: the page's words, then each
+    # script's releases (old.py failed on 2.15.0, new.py on 2.6.0; none for plain.sh)
+    assert html.count('<details class="how-tested">') == 1
+    box = re.search(r'<details class="how-tested">(.*?)</details>', html, re.S)[1]
+    box = re.sub(r"<[^>]+>|\s+", " ", box)
+    assert "How this page was tested (PyTorch 2.8.0 to 2.13.0)" in box
+    assert re.search(r"Run on two CPUs\. .* old\.py: PyTorch 2\.4\.1 to 2\.13\.0 .* "
+                     r"new\.py: PyTorch 2\.8\.0 to 2\.15\.0 ", box), box
+    assert "plain.sh" not in box
+    assert "The scripts on this page have not run on GPUs yet." in box  # no record of GPU runs
+    text = re.sub(r"<[^>]+>|\s+", " ", html)
+    assert text.index("Two scripts") < text.index("How this page") < text.index("Text.")
+    assert "Tested with" not in text and text.count("Run on two CPUs") == 1  # nowhere else
 
 
 def test_each_page_says_which_of_its_scripts_ran_on_gpus(tmp_path):
@@ -133,3 +142,45 @@ def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
     errors = [line for line in warnings.splitlines() if "ERROR" in line]
     assert len(errors) == 1, warnings  # one error, which -W (the Makefile's) makes fatal
     assert re.search(r"has no tested PyTorch release for ch/new\.py \(on torch\)", errors[0])
+
+
+def run_page(sentence: str) -> str:
+    return f"# Run\n\n{sentence}\n\n```{{snippet-output}} ch/used.out\n```\n"
+
+
+def test_a_sentence_takes_its_figure_from_the_run(tmp_path):
+    page = run_page(r"The job ran {from-run}`ch/used.out: ^world size (\d+)` processes.")
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "run"), "run.md": page},
+                          {"ch/used.out": "loss 0.5\nworld size 8 (gloo on cpu)\n"})
+    assert "no line of" not in warnings, warnings
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "run.html").read_text()))
+    assert "The job ran 8 processes." in text
+
+
+def test_a_stale_sentence_fails_the_build(tmp_path):
+    """The run now prints another line: the sentence's pattern no longer matches, and the
+    build says so (an error with -W, as the Makefile builds)."""
+    page = run_page(r"The job ran {from-run}`ch/used.out: ^world size (\d+)` processes.")
+    warnings, _ = build(tmp_path, {"index.md": INDEX.replace("page", "run"), "run.md": page},
+                        {"ch/used.out": "loss 0.5\n8 processes (gloo on cpu)\n"})
+    assert re.search(r"run\.md:3: WARNING: from-run: no line of ch/used\.out matches "
+                     r"'\^world size \(\\\\d\+\)' with one group", warnings), warnings
+
+
+GLOSSARY = "# Glossary\n\n```{glossary}\nrank\n  A process's number.\n```\n"
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("Each rank prints. Each {term}`rank` prints.", "first use of 'rank' is not a {term} link"),
+    ("Each {term}`rank` prints. Each rank prints.", None),
+    ("Text. " * 1260, "126[0-9] words of prose, over the budget of 1250"),
+])
+def test_a_lesson_links_its_terms_and_keeps_to_its_budget(tmp_path, body, problem):
+    page = f"# Lesson\n\n```{{objectives}}\n- Read.\n```\n\n{body}\n"
+    warnings, _ = build(tmp_path, {"index.md": INDEX.replace("page", "lesson\nglossary"),
+                                   "lesson.md": page, "glossary.md": GLOSSARY}, {})
+    if problem:
+        assert re.search(rf"lesson\.md(:\d+)?: WARNING: {re.escape(problem) if '{' in problem else problem}",
+                         warnings), warnings
+    else:
+        assert "lesson.md" not in warnings, warnings

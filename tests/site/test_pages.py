@@ -1,0 +1,74 @@
+"""The pages as a reader meets them, checked without a build (docs/_ext/reading.py): each
+lesson within its reading budget, each glossary term linked where a page first uses it,
+minutes computed and never typed, and how the page was tested said in its box only."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.launch import ROOT
+
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import reading  # noqa: E402
+
+DOCS = ROOT / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.md") if not {"_build", "_data"} & set(p.parts))
+LESSONS = [p for p in PAGES if "{objectives}" in p.read_text()]
+TERMS = reading.glossary_terms((DOCS / "glossary.md").read_text())
+#: Pages for the administrator who runs the guide's tests on a cluster: there, the tests
+#: are the lesson.
+ABOUT_THE_TESTS = {"slurm/gpu_tests.md", "slurm/profile_reference.md", "slurm/your_cluster.md"}
+#: Sentences that explain how the guide's own tests checked something.
+TEST_TALK = re.compile(r"\b(harness|test suite|tests? of (this|the) guide|the guide's tests|"
+                       r"this test|the tests? (assert|check|run|show|prove)s?|CI|Tested with)\b",
+                       re.IGNORECASE)
+
+
+def name(path: Path) -> str:
+    return path.relative_to(DOCS).as_posix()
+
+
+def test_there_are_lessons_and_terms():
+    assert len(LESSONS) > 40 and len(TERMS) > 20
+
+
+@pytest.mark.parametrize("page", LESSONS, ids=name)
+def test_a_lesson_stays_within_the_reading_budget(page):
+    assert reading.words(page.read_text()) <= reading.BUDGET
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "glossary.md"], ids=name)
+def test_each_glossary_term_is_linked_where_the_page_first_uses_it(page):
+    assert reading.unlinked_terms(page.read_text(), TERMS) == []
+
+
+def test_the_glossary_defines_the_terms_the_pages_need():
+    assert {"rank", "local rank", "world size", "process group", "backend", "NCCL", "gloo",
+            "rendezvous", "c10d", "collective", "shard", "DTensor", "device mesh"} <= set(TERMS)
+
+
+def test_no_page_types_its_minutes():
+    assert [name(p) for p in PAGES if re.match(r"---\n(.*\n)*?minutes:", p.read_text())] == []
+
+
+@pytest.mark.parametrize("page", [p for p in LESSONS if name(p) not in ABOUT_THE_TESTS], ids=name)
+def test_the_lesson_speaks_of_the_lesson(page):
+    """How the page was tested goes in its how-tested box, which reading.parts leaves out."""
+    text = page.read_text()
+    talk = [f"line {part.line}: {part.text.strip()}" for part in reading.parts(text)
+            if part.kind != "code" and TEST_TALK.search(reading.plain(part.text))]
+    assert talk == []
+    assert text.count("{how-tested}") <= 1
+
+
+def test_the_checks_find_what_they_look_for():
+    """Each rule fails on a page that breaks it."""
+    page = ("# P\n\n```{objectives}\n- x\n```\n\nEach rank prints; the tests check it.\n\n"
+            "```{how-tested}\nThe tests ran it with 2 ranks.\n```\n")
+    assert reading.unlinked_terms(page, TERMS) == [("rank", 7)]
+    assert [p.line for p in reading.parts(page) if TEST_TALK.search(p.text)] == [7]
+    assert reading.words(page + "word " * reading.BUDGET) > reading.BUDGET
+    linked = page.replace("Each rank", "Each {term}`rank`")
+    assert reading.unlinked_terms(linked, TERMS) == []
