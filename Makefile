@@ -21,7 +21,7 @@ CENTRE ?=
 export CENTRE
 CHECK_CENTRE = $(BIN)/python -m harness.profile $(CENTRE)
 
-.PHONY: venv help html livehtml spelling linkcheck test test-gpu test-extras test-browser outputs bench clean
+.PHONY: venv help html livehtml spelling linkcheck test releases test-gpu test-extras test-browser outputs bench clean
 
 help:
 	@echo "make html       build the site into $(BUILD)/html"
@@ -75,6 +75,12 @@ linkcheck: $(STAMP)
 test: $(STAMP)
 	@$(CHECK_CENTRE)
 	$(BIN)/pytest -m "not extras" $(PARALLEL) $(PYTEST_ARGS)
+
+# The same tests, recording which release of torch each snippet's tests passed on in
+# docs/_data/torch_versions.json (harness/releases.py): a plain test run never writes it.
+releases: $(STAMP)
+	@$(CHECK_CENTRE)
+	$(BIN)/pytest -m "not extras" --record-releases $(PARALLEL) $(PYTEST_ARGS)
 
 # The report of the run (harness/gpu_report.py): GPU_REPORT/report.md and report.json.
 GPU_REPORT ?= gpu-report

@@ -16,7 +16,8 @@ from harness.launch import (DEVICE_ENV, FAKE_GPUS_ENV, SESSION_ID, SESSION_TAG, 
                             kill_tagged)
 from harness.outputs import COMPARED
 
-pytest_plugins = ["harness.gpu_report"]  # --gpu-report=DIR: the report of a GPU run
+pytest_plugins = ["harness.gpu_report",  # --gpu-report=DIR: the report of a GPU run
+                  "harness.releases"]  # --record-releases: docs/_data/torch_versions.json
 
 MARKERS = {
     "multigpu(n)": "needs at least n CUDA GPUs (run with `make test-gpu` in a GPU allocation)",
@@ -58,8 +59,6 @@ def _is_worker(config) -> bool:
 
 def pytest_configure(config):
     os.environ[SESSION_TAG] = SESSION_ID
-    if not _is_worker(config) and _whole_files(config):
-        _RECORD["config"] = config
     if not _is_worker(config):
         os.environ[SLURM_STATE] = tempfile.mkdtemp(prefix="local-slurm-")
         os.environ[SHARED_RUNS] = tempfile.mkdtemp(prefix="shared-runs-")
@@ -208,77 +207,9 @@ def _slurm_for_marked_tests(request):
         request.getfixturevalue("slurm_cluster")
 
 
-#: Per test file, what its tests did: "failed", "passed", "skipped" (other than for
-#: want of GPUs or of an older PyTorch), how many tests it has in this session and how many
-#: have finished. The process that runs the session records a file's snippets as soon as
-#: all its tests have finished (so an interrupted session keeps the files it finished).
-_outcomes: dict[str, set[str]] = {}
-_totals: dict[str, int] = {}
-_finished: dict[str, int] = {}
-
-
-def _count(nodeids) -> None:
-    if not _totals:
-        for nodeid in nodeids:
-            path = nodeid.split("::")[0]
-            _totals[path] = _totals.get(path, 0) + 1
-
-
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, in the process that runs it
-def pytest_xdist_node_collection_finished(node, ids):
-    _count(ids)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session):
-    if not _is_worker(session.config):
-        _count(item.nodeid for item in session.items)
-
-
 def pytest_runtest_logreport(report):
     path = report.nodeid.split("::")[0]
     _seconds[path] = _seconds.get(path, 0.0) + report.duration
-    if report.failed:
-        _outcomes.setdefault(path, set()).add("failed")
-    elif report.skipped and not {"multigpu", "older_torch"} & set(report.keywords):
-        _outcomes.setdefault(path, set()).add("skipped")
-    elif report.passed and report.when == "call":
-        _outcomes.setdefault(path, set()).add("passed")
-    if report.when == "teardown":
-        _finished[path] = _finished.get(path, 0) + 1
-        if _finished[path] == _totals.get(path) and _RECORD.get("config"):
-            _record_torch_versions(_RECORD["config"], [path])
-
-
-_RECORD: dict = {}  # the session's config, when its results are recorded
-
-
-def _whole_files(config) -> bool:
-    """True when every test of each file that ran was selected: no -k, no test ids, no
-    marker expression but the Makefile's, no --lf or --deselect, no --only-compared."""
-    o = config.option
-    return not (o.keyword or getattr(o, "lf", False) or getattr(o, "deselect", None)
-                or o.markexpr not in ("", "not extras", "extras")
-                or config.getoption("only_compared") or config.getoption("claimed_by")
-                or any("::" in arg for arg in config.args)
-                or os.environ.get("UPDATE_OUTPUTS") == "1")
-
-
-def _record_torch_versions(config, paths) -> None:
-    """Add this release's result for the snippets of these test files (which ran whole)."""
-    results = {}
-    for path in paths:
-        outcomes = _outcomes.get(path, set())
-        if "failed" in outcomes:
-            outcome = "failed"
-        elif outcomes == {"passed"}:
-            outcome = "passed"
-        else:
-            continue  # skipped: not tested here
-        for snippet in torch_versions.snippets_of(path):
-            results[snippet] = outcome
-    if results:
-        torch_versions.record(results, torch_versions.torch_release())
 
 
 def _stop_slurm(session) -> None:

@@ -1,10 +1,10 @@
 """Which releases of PyTorch each snippet's tests passed on: recorded by the test runs.
 
-After a test session, every snippet whose test file ran whole (not a selection of its
-tests) gets an entry for the release of torch the session ran with: ``"passed"`` when
+After a test session run with --record-releases (``make releases``; harness/releases.py),
+every snippet whose test file ran whole (not a selection of its tests) gets an entry for the release of torch the session ran with: ``"passed"`` when
 none of its tests failed and none was skipped other than for want of GPUs, ``"failed"``
 when one failed. The entries live in one JSON file, docs/_data/torch_versions.json,
-which no one edits by hand: ``make test TORCH=2.X.Y`` adds the entries of another release,
+which no one edits by hand: ``make releases TORCH=2.X.Y`` adds the entries of another release,
 and the site shows each snippet's range from it (docs/_ext/snippets.py).
 
 A snippet's *claim* is the oldest release its tests passed on, from which on they passed
