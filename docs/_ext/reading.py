@@ -6,6 +6,10 @@ budget and the glossary links with these functions; tests/site/test_reading.py h
 real pages to the same rules without a build. Run it on pages to see where they stand:
 
     python3 docs/_ext/reading.py docs/quickstart.md docs/ddp/*.md
+
+With ``--link`` first, it also makes the first unlinked use of each term on each page a
+link to the glossary, the words unchanged (review the result: a use in another sense,
+such as a compiler's "backend", is better reworded).
 """
 
 import math
@@ -41,6 +45,7 @@ class Part:
 
     def __init__(self, kind: str, text: str, line: int):
         self.kind, self.text, self.line = kind, text, line
+        self.options: dict[str, str] = {}  # a snippet's: :lines:, :start-at:, :pyobject: ...
 
 
 def parts(markdown: str) -> list[Part]:
@@ -77,7 +82,8 @@ def parts(markdown: str) -> list[Part]:
             name, arg = directive["name"], directive["arg"]
             if name in ("snippet", "snippet-output"):
                 where = "folded" if kind_now() == "folded" else "snippet"
-                result.append(Part(where, arg.strip(), number + 1))
+                included = Part(where, arg.strip(), number + 1)
+                result.append(included)
                 stack.append((fence["mark"], "skip"))
             elif name in NOT_PROSE:
                 stack.append((fence["mark"], "skip"))
@@ -91,6 +97,11 @@ def parts(markdown: str) -> list[Part]:
                 stack.append((fence["mark"], "prose"))
             continue
         kind = kind_now()
+        option = re.match(r"^\s*:([\w-]+):\s*(.*)$", line)
+        if kind == "skip" and option and result and result[-1].kind in ("snippet", "folded") \
+                and result[-1].line == number - len(result[-1].options):
+            result[-1].options[option[1]] = option[2]
+            continue
         if kind == "prose" and OPTION.match(line):
             continue
         if kind == "prose" and re.match(r"^\s*#{1,6}\s", line):
@@ -134,8 +145,28 @@ def code_lines(markdown: str, snippets: Path) -> int:
         elif part.kind == "snippet":
             path = snippets / part.text
             if path.is_file() and path.suffix != ".ipynb":
-                total += len(path.read_text(errors="replace").splitlines())
+                total += len(shown(path, part.options).splitlines())
     return total
+
+
+def shown(path: Path, options: dict[str, str]) -> str:
+    """The part of a file a snippet directive shows, as Sphinx's literalinclude cuts it
+    (:lines:, :start-at:, :end-before:, :pyobject: ...)."""
+    from types import SimpleNamespace
+
+    from sphinx.directives.code import LiteralIncludeReader
+
+    wanted = {k: v.strip().strip("'\"") for k, v in options.items()
+              if k in ("lines", "pyobject", "start-at", "start-after", "end-at", "end-before")}
+    whole = path.read_text(errors="replace")
+    if not wanted:
+        return whole
+    try:
+        text, _ = LiteralIncludeReader(str(path), wanted,
+                                       SimpleNamespace(source_encoding="utf-8")).read()
+    except ValueError:  # not found: the build says so; count the whole file here
+        return whole
+    return text
 
 
 def minutes(markdown: str, snippets: Path) -> int:
@@ -197,12 +228,38 @@ def unlinked_terms(markdown: str, terms: list[str]) -> list[tuple[str, int]]:
     return sorted(found, key=lambda item: item[1])
 
 
+def link_first_uses(markdown: str, terms: list[str]) -> str:
+    """The page with each glossary term's first unlinked use made a {term} link: the words
+    stay as they were, now linked (``{term}`ranks <rank>```)."""
+    lines = markdown.splitlines(keepends=True)
+    for term, number in unlinked_terms(markdown, terms):
+        line = lines[number - 1]
+        masked = ROLE.sub(lambda m: " " * len(m[0]), line)
+        masked = re.sub(r"`[^`]*`|\[[^\]]*\]\([^)]*\)", lambda m: " " * len(m[0]), masked)
+        for longer in sorted(terms, key=len, reverse=True):
+            if len(longer) <= len(term):
+                break
+            masked = _pattern(longer).sub(lambda m: " " * len(m[0]), masked)
+        found = _pattern(term).search(masked)
+        if found is None:
+            continue
+        text = found[0]
+        role = f"{{term}}`{text}`" if text.lower() == term.lower() else f"{{term}}`{text} <{term}>`"
+        lines[number - 1] = line[:found.start()] + role + line[found.end():]
+        markdown = "".join(lines)
+    return "".join(lines)
+
+
 def main(paths: list[str]) -> int:
     docs = Path(__file__).resolve().parents[1]
     terms = glossary_terms((docs / "glossary.md").read_text())
     status = 0
-    for name in paths:
+    link = paths[:1] == ["--link"]
+    for name in paths[1:] if link else paths:
         text = Path(name).read_text()
+        if link and Path(name).name != "glossary.md":
+            text = link_first_uses(text, terms)
+            Path(name).write_text(text)
         count = words(text)
         over = count > BUDGET
         print(f"{name}: {count} words of prose{' (over ' + str(BUDGET) + ')' if over else ''}, "

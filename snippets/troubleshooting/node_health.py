@@ -73,9 +73,11 @@ def main():
             reason = f"{visible} of {wanted} GPUs visible"
             if not cuda:
                 reason = f"CUDA unavailable, {reason}"
-            if local_rank == 0:  # one line per node; only it fails, so that torchrun
+            # One line per node, and only its writer fails: torchrun stops the others
+            # when one fails, which could stop the writer before it printed.
+            if local_rank == 0:
                 print(f"{node}: FAIL ({processes} processes, nothing tested): {reason}",
-                      flush=True)  # does not stop it for another's exit before it prints
+                      flush=True)
             sys.exit(1 if local_rank == 0 else 0)
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

@@ -10,6 +10,7 @@ import pytest
 
 from harness.launch import ROOT
 
+pytest.importorskip("sphinx", reason="needs Sphinx (requirements.txt)")  # a snippet's :lines:
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import reading  # noqa: E402
 
