@@ -164,3 +164,17 @@ def test_ports_derived_from_the_job_id_stay_below_the_ephemeral_range():
              for p in snippet_files()
              for a, m in re.findall(r"(\d+) \+ SLURM_JOB_ID % (\d+)", p.read_text())]
     assert found and all(top < 32768 for _, top in found), found
+
+
+def test_a_test_names_the_page_that_shows_its_snippet():
+    """A test's docstring that says on which page its snippet is shown is right: a maintainer
+    goes from the test to the page in one step, also after a page is split."""
+    wrong = []
+    for test in sorted((ROOT / "tests").rglob("test_*.py")):
+        named = re.match(r'"""snippets/(\S+?)[,:]? (?:shown )?on (docs/\S+?\.md)', test.read_text())
+        if named is None:
+            continue
+        page = ROOT / named[2]
+        if not page.is_file() or named[1] not in page.read_text():
+            wrong.append(f"{test.relative_to(ROOT)}: {named[2]} does not show {named[1]}")
+    assert not wrong, "\n".join(wrong)

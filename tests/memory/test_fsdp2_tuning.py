@@ -1,4 +1,4 @@
-"""snippets/memory/fsdp2_tuning.py, shown on docs/memory/fsdp2_large.md."""
+"""snippets/memory/fsdp2_tuning.py, shown on docs/memory/fsdp2_tuning.md."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""snippets/model_parallel/pipeline_bubble.py, shown on docs/model_parallel/pipeline.md."""
+"""snippets/model_parallel/pipeline_bubble.py, shown on docs/model_parallel/pipeline_schedules.md."""
 
 import re
 import time
