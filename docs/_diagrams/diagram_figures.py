@@ -40,6 +40,46 @@ def topology(nodes=2, gpus=4):
 
 
 @figure
+def torchrun_per_node(nodes=2, gpus=4):
+    """The quick start's job: srun starts a torchrun per node; the torchruns meet at the
+    rendezvous, then each starts one process per GPU of its node."""
+    box_w, box_h, gap, pad = 92, 54, 10, 14
+    node_w = gpus * box_w + (gpus - 1) * gap + 2 * pad
+    width = nodes * node_w + (nodes - 1) * 30 + 20
+    d = Drawing(width, 256)
+    meet_w = 330
+    d.rect(width / 2 - meet_w / 2, 10, meet_w, 30, colour="purple")
+    d.text(width / 2, 25, "rendezvous: the torchruns agree on the ranks", size=11)
+    for n in range(nodes):
+        x0 = 10 + n * (node_w + 30)
+        centre = x0 + node_w / 2
+        d.rect(x0, 60, node_w, 186, rx=8, dashed=True)
+        d.text(centre, 76, f"node {n}", bold=True)
+        d.rect(x0 + pad, 88, node_w - 2 * pad, 28, colour="green")
+        d.text(centre, 102, "torchrun, one srun task", size=11)
+        towards = -1 if centre > width / 2 else 1
+        start = centre + towards * 0.35 * node_w  # clear of the node's name
+        end = min(max(start, width / 2 - meet_w / 2 + 20), width / 2 + meet_w / 2 - 20)
+        d.line(start, 88, end, 42)
+        for g in range(gpus):
+            x = x0 + pad + g * (box_w + gap)
+            rank = n * gpus + g
+            d.line(x + box_w / 2, 116, x + box_w / 2, 140)
+            d.rect(x, 142, box_w, box_h, colour="orange" if rank == 0 else "blue")
+            d.text(x + box_w / 2, 156, f"rank {rank}", bold=True)
+            d.text(x + box_w / 2, 172, f"local rank {g}", size=11)
+            d.text(x + box_w / 2, 186, f"cuda:{g}", size=11)
+        d.text(centre, 222, f"{gpus} processes: ranks {n * gpus}–{n * gpus + gpus - 1}",
+               size=11, italic=True)
+    alt = (f"A job of {nodes} nodes with {gpus} GPUs each. On every node srun starts one "
+           f"torchrun; the torchruns first meet at the rendezvous and agree on the ranks, "
+           f"then each starts {gpus} processes, one per GPU of its node. On node n, the "
+           f"process with local rank l drives cuda:l and has rank {gpus} n + l, so the world "
+           f"size is {nodes * gpus}.")
+    return d, alt
+
+
+@figure
 def dp_vs_ddp(gpus=3):
     """DataParallel: one process, through cuda:0. DDP: one process per GPU, all-reduce."""
     d = Drawing(700, 250)

@@ -4,5 +4,5 @@
 torchrun --standalone --nproc_per_node=2 \
     --log-dir=logs --redirects=3 --tee=3 --local-ranks-filter=0 \
     ranks.py
-# logs/<run id>/attempt_<restart>/<local rank>/stdout.log and stderr.log
+# logs/<run id>_<random>/attempt_<restart>/<local rank>/stdout.log and stderr.log
 cat logs/*/attempt_0/1/stdout.log

@@ -22,8 +22,7 @@ SNIPPET = "cheatsheet/debug.sbatch"
 RANKS = GPUS if PROFILE.exclusive else 2
 FILES = ("cheatsheet/ranks.py",)
 VARIABLES = ("CUDA_LAUNCH_BLOCKING=1\nNCCL_DEBUG=INFO\nTORCH_DISTRIBUTED_DEBUG=DETAIL\n"
-             "TORCH_NCCL_ASYNC_ERROR_HANDLING=1\nTORCH_NCCL_BLOCKING_WAIT=1\n"
-             "TORCH_SHOW_CPP_STACKTRACES=1\n")
+             "TORCH_NCCL_ASYNC_ERROR_HANDLING=1\nTORCH_SHOW_CPP_STACKTRACES=1\n")
 
 
 def assert_debugged_run(job, ranks: int) -> Path:
