@@ -171,7 +171,8 @@ def test_a_test_names_the_page_that_shows_its_snippet():
     goes from the test to the page in one step, also after a page is split."""
     wrong = []
     for test in sorted((ROOT / "tests").rglob("test_*.py")):
-        named = re.match(r'"""snippets/(\S+?)[,:]? (?:shown )?on (docs/\S+?\.md)', test.read_text())
+        named = re.match(r'"""snippets/(\S+?)[,:]?(?: and [^,]*?)?,?\s+(?:shown\s+)?on\s+(docs/\S+?\.md)',
+                         test.read_text())
         if named is None:
             continue
         page = ROOT / named[2]

@@ -6,7 +6,7 @@ barrier runs in a gloo group of its own, as checkpointing code often does).
 Rank 1 (--skip-rank) skips the all-reduce of the last step, as a rank does that
 takes the other branch of an `if`: it waits at the barrier, the others wait in
 the all-reduce, and nothing moves until the collective timeout (--timeout
-minutes). Every process prints one line when it starts: rank, node, process id.
+seconds). Every process prints one line when it starts: rank, node, process id.
 With --monitored-barrier SECONDS, rank 0 names the rank that is missing instead.
 
     srun --label python hang.py      # from a job script: see hang.sbatch
@@ -28,8 +28,8 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--skip-rank", type=int, default=1,
                         help="the rank that skips the last all-reduce")
-    parser.add_argument("--timeout", type=float, default=10,
-                        help="collective timeout in minutes")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="collective timeout in seconds")
     parser.add_argument("--monitored-barrier", type=float, metavar="SECONDS",
                         help="before each all-reduce, a monitored barrier with this "
                              "timeout: rank 0 names the ranks that do not arrive")
@@ -54,7 +54,7 @@ def setup(timeout):
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(minutes=timeout))
+                            timeout=timedelta(seconds=timeout))
     checkpoint_group = dist.new_group(backend="gloo")  # CPU-side coordination
     return device, checkpoint_group
 

@@ -1,5 +1,5 @@
 """snippets/troubleshooting/node_health.sbatch and node_health.py, shown on
-docs/troubleshooting/many_nodes.md.
+docs/troubleshooting/bad_nodes.md.
 
 The local cluster's nodes are given GPUs that PyTorch cannot see (they are declared, not
 real): the job as the page shows it fails every node and says why, without testing
