@@ -35,13 +35,13 @@ def topology(nodes=2, gpus=4):
                f"rank = {gpus} × node + local rank", size=11, italic=True)
     alt = (f"{nodes} nodes with {gpus} GPUs each: one process per GPU. On node n, the process "
            f"with local rank l drives cuda:l and has global rank {gpus} n + l, so the world "
-           f"size is {nodes * gpus}. Rank 0, on node 0, is where the others meet.")
+           f"size is {nodes * gpus}. Rank 0, drawn in another colour, is on node 0.")
     return d, alt
 
 
 @figure
 def torchrun_per_node(nodes=2, gpus=4):
-    """The quick start's job: srun starts a torchrun per node; the torchruns meet at the
+    """The quick start's job: srun starts a torchrun per node; the torchrun commands meet at the
     rendezvous, then each starts one process per GPU of its node."""
     box_w, box_h, gap, pad = 92, 54, 10, 14
     node_w = gpus * box_w + (gpus - 1) * gap + 2 * pad
@@ -49,7 +49,7 @@ def torchrun_per_node(nodes=2, gpus=4):
     d = Drawing(width, 256)
     meet_w = 330
     d.rect(width / 2 - meet_w / 2, 10, meet_w, 30, colour="purple")
-    d.text(width / 2, 25, "rendezvous: the torchruns agree on the ranks", size=11)
+    d.text(width / 2, 25, "rendezvous: the torchrun commands agree on the ranks", size=11)
     for n in range(nodes):
         x0 = 10 + n * (node_w + 30)
         centre = x0 + node_w / 2
@@ -72,7 +72,7 @@ def torchrun_per_node(nodes=2, gpus=4):
         d.text(centre, 222, f"{gpus} processes: ranks {n * gpus}–{n * gpus + gpus - 1}",
                size=11, italic=True)
     alt = (f"A job of {nodes} nodes with {gpus} GPUs each. On every node srun starts one "
-           f"torchrun; the torchruns first meet at the rendezvous and agree on the ranks, "
+           f"torchrun; the torchrun commands first meet at the rendezvous and agree on the ranks, "
            f"then each starts {gpus} processes, one per GPU of its node. On node n, the "
            f"process with local rank l drives cuda:l and has rank {gpus} n + l, so the world "
            f"size is {nodes * gpus}.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -46,6 +47,17 @@ def show(block):
     block.wait_for(state="visible")
 
 
+def is_excerpt(copied: bytes, whole: bytes) -> bool:
+    """The copied lines are consecutive lines of the file, maybe with their common
+    indentation removed (a page quotes a function's body with :dedent:)."""
+    lines, file_lines = copied.rstrip(b"\n").split(b"\n"), whole.split(b"\n")
+    for start in range(len(file_lines) - len(lines) + 1):
+        window = b"\n".join(file_lines[start:start + len(lines)])
+        if window == b"\n".join(lines) or textwrap.dedent(window.decode()).encode() == b"\n".join(lines):
+            return True
+    return False
+
+
 def test_every_snippet_is_copied_and_downloaded_exactly_as_its_file(page, snippet_pages):
     checked = whole = 0
     for name in snippet_pages:
@@ -70,7 +82,7 @@ def test_every_snippet_is_copied_and_downloaded_exactly_as_its_file(page, snippe
                          if cell["cell_type"] == "code"]
                 assert copied.rstrip(b"\n") in cells, f"{name}: {file_name} is not its cell"
             else:
-                assert copied.rstrip(b"\n") in downloaded, f"{name}: {file_name} is not its file"
+                assert is_excerpt(copied, downloaded), f"{name}: {file_name} is not its file"
             whole += copied in (downloaded, downloaded.rstrip(b"\n"))
             checked += 1
     assert checked >= len(snippet_pages) > 0
