@@ -287,6 +287,30 @@ def _torchrun_c10d(l: Launch) -> list[Proc]:
     ]
 
 
+def _with_restarts(base: str) -> Callable[[Launch], list[Proc]]:
+    """The ``base`` torchrun launcher with ``--max-restarts=N`` (option ``max_restarts``)."""
+
+    def build(l: Launch) -> list[Proc]:
+        procs = LAUNCHERS[base](l)
+        for proc in procs:
+            proc.argv.insert(1, f"--max-restarts={l.options['max_restarts']}")
+        return procs
+
+    return build
+
+
+for _base in ("torchrun", "torchrun-c10d"):  # docs/ddp/elastic.md
+    launcher(f"{_base}+restarts")(_with_restarts(_base))
+
+
+@launcher("torch.distributed.launch")
+def _torch_distributed_launch(l: Launch) -> list[Proc]:
+    """The deprecated ``python -m torch.distributed.launch`` (one node; the port is the run's own)."""
+    return [Proc("launch", [sys.executable, "-m", "torch.distributed.launch",
+                            f"--nproc_per_node={l.nproc}", f"--master_port={l.port}",
+                            str(l.script), *l.args])]
+
+
 @launcher("env")
 def _env(l: Launch) -> list[Proc]:
     """One process per rank with the variables srun or mpirun would lead a job script to set."""
@@ -312,6 +336,14 @@ def _mpirun(l: Launch) -> list[Proc]:
     return [Proc("mpirun", ["mpirun", *as_root, "--oversubscribe", "-np", str(l.nproc * l.nnodes),
                             "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={l.port}",
                             sys.executable, str(l.script), *l.args])]
+
+
+@launcher("bash")
+def _bash(l: Launch) -> list[Proc]:
+    """``bash script.sh`` in a shell where the virtual environment is active (the shell
+    snippets of docs/cheatsheet.md)."""
+    return [Proc("bash", ["bash", str(l.script), *l.args],
+                 {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})]
 
 
 #: How gloo's crash at exit shows: a process aborts while Python shuts down, after its
@@ -524,3 +556,9 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# The other launchers, registered in every process that imports this module: Slurm's
+# (sbatch, srun, and the same from outside the job the tests run in), the environments of
+# a Slurm job without Slurm (srun-env, started-by), Horovod's, Accelerate's, TensorFlow's.
+from harness import frameworks, slurm, slurm_env  # noqa: E402,F401

@@ -18,6 +18,7 @@ for the test session, and the few queries the tests make about jobs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -31,13 +32,20 @@ if __name__ == "__main__":  # run as `python harness/slurm.py`: import the packa
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from harness import profile as centre
-from harness.launch import BIN, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc, launcher, shell
+from harness.launch import (BIN, LAUNCHERS, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc, launcher,
+                            shell)
 
 LOCAL_SLURM = ROOT / "tools" / "local-slurm"
 POLL_SECONDS = 0.5
 #: States a job does not leave (a requeued job goes to PENDING instead).
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
                 "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+#: The cluster the tests run in (tests/slurm/real_cluster.py), read before a test of the
+#: session starts the local cluster (which sets SLURM_CONF for the rest of the session);
+#: None: Slurm's default.
+OUTER_SLURM_CONF = os.environ.get("SLURM_CONF")
+#: Variables of the job the tests run in, which the jobs they submit must not inherit.
+JOB_VARIABLES = ("SLURM_", "SRUN_", "SBATCH_", "SALLOC_")
 
 
 # --- Jobs ---------------------------------------------------------------------------------
@@ -190,6 +198,25 @@ def _srun(l: Launch) -> list[Proc]:
             f"--time={l.options.get('time', '00:05:00')}", *l.options.get("srun_args", ()),
             "python", Path(script).name, *l.args]
     return [Proc("srun", argv, env)]
+
+
+def outside_the_job(name: str):
+    """The harness's ``name`` launcher, run without the variables of the job the tests run
+    in, with the configuration of its cluster: as from a login node of that cluster."""
+
+    def build(l: Launch) -> list[Proc]:
+        drop = sorted(var for var in os.environ
+                      if var.startswith(JOB_VARIABLES) and var != "SLURM_CONF")
+        conf = [f"SLURM_CONF={OUTER_SLURM_CONF}"] if OUTER_SLURM_CONF else ["-u", "SLURM_CONF"]
+        prefix = ["env", *(arg for var in drop for arg in ("-u", var)), *conf]
+        return [dataclasses.replace(p, argv=[*prefix, *p.argv]) for p in LAUNCHERS[name](l)]
+
+    return build
+
+
+# On the GPU cluster the tests run in (tests/slurm/real_cluster.py).
+for _name in ("sbatch", "srun", "bash"):
+    launcher(f"real-{_name}")(outside_the_job(_name))
 
 
 # --- Modules ------------------------------------------------------------------------------

@@ -9,16 +9,7 @@ import pytest
 
 from harness import torch_versions
 from harness.launch import ROOT, SNIPPETS
-
-
-def snippet_files():
-    return [p for p in sorted(SNIPPETS.rglob("*"))
-            if p.is_file() and p.suffix != ".out" and "__pycache__" not in p.parts]
-
-
-def mirror_test(path: Path) -> Path:
-    """tests/<chapter>/test_<name>.py for snippets/<chapter>/<name>.<any suffix>."""
-    return ROOT / "tests" / path.parent.relative_to(SNIPPETS) / f"test_{path.stem}.py"
+from harness.mirror import mirror_test, snippet_files
 
 
 def test_there_are_snippets():

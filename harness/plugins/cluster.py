@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import slurm as local_slurm  # registers the sbatch launcher
+from harness import slurm as local_slurm
 
 #: Where the session's Slurm cluster lives: made by the process that runs the session
 #: (never inherited from an outer test session, whose cluster is not this one's).

@@ -7,6 +7,7 @@ import torch
 
 from harness.launch import own_gpus, run, snippet
 from harness.outputs import check_output
+from tests.compare import assert_same_state, load
 
 SNIPPET = "basics/dataparallel.py"
 
@@ -27,12 +28,10 @@ def trained_without_dataparallel(device):
 
 
 def assert_checkpoint_matches(path, device, atol):
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load(path)
     assert not any(key.startswith("module.") for key in state), list(state)
     expected = trained_without_dataparallel(device)
-    assert state.keys() == expected.keys()
-    for key, value in expected.items():
-        torch.testing.assert_close(state[key], value.cpu(), rtol=0, atol=atol)
+    assert_same_state(state, {key: value.cpu() for key, value in expected.items()}, atol)
 
 
 def test_on_cpu_dataparallel_calls_the_model_unchanged(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.outputs import check_output
-from tests.cheatsheet.test_torchrun_logs import assert_log_files
+from tests.cheatsheet.log_files import assert_log_files
 from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 

@@ -1,33 +1,20 @@
 """snippets/cheatsheet/torchrun_logs.sh, shown on docs/cheatsheet.md.
 
-Run with bash (the launcher of tests/cheatsheet/conftest.py) as the page shows, next to ranks.py: torchrun writes every local rank's
+Run with bash (the launcher of harness/launch.py) as the page shows, next to ranks.py: torchrun writes every local rank's
 stdout and stderr to files of its own under logs/, and prints only local rank 0's lines
 in the terminal, each prefixed with its rank.
 """
 
 import re
-from pathlib import Path
 
 import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.cheatsheet.log_files import assert_log_files
 from tests.on_gpus import NcclLogs
 
 SNIPPET = "cheatsheet/torchrun_logs.sh"
-
-
-def assert_log_files(workdir, world_size: int) -> Path:
-    """ranks.py's lines of each local rank are in its own files under logs/; returns the
-    folder of the run's first attempt."""
-    attempts = list((workdir / "logs").glob("*/attempt_0"))
-    assert len(attempts) == 1, attempts
-    for rank in range(world_size):
-        said = (attempts[0] / str(rank) / "stdout.log").read_text()
-        assert said.endswith(f"rank {rank} of {world_size} (local rank {rank}): training\n")
-        assert (attempts[0] / str(rank) / "stderr.log").read_text().endswith(
-            f"rank {rank}: a warning\n")
-    return attempts[0]
 
 
 def assert_each_rank_has_its_own_logs(result) -> None:

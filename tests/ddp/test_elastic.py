@@ -1,7 +1,8 @@
 """snippets/ddp/elastic.py, shown on docs/ddp/elastic.md.
 
 The page's commands add ``--max-restarts`` to torchrun and set
-TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; the launchers registered here do exactly that.
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; so do the runs here, with the launchers
+``torchrun+restarts`` and ``torchrun-c10d+restarts`` of harness/launch.py.
 The crash on two nodes costs too much time for every test run: tools/elastic_loop.py
 repeats :func:`crash_and_resume` on one or two nodes to measure how reliable it is.
 """
@@ -9,29 +10,16 @@ repeats :func:`crash_and_resume` on one or two nodes to measure how reliable it 
 import runpy
 
 import pytest
-import torch
 
-from harness.launch import LAUNCHERS, launcher, run, snippet
+from harness.launch import run, shared, snippet
 from harness.outputs import check_output
+from tests.compare import assert_same_state, load
 from tests.on_gpus import NcclLogs
 
 SNIPPET = "ddp/elastic.py"
 ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 CRASH = ("--fail-at-step", "25")  # the last rank crashes after the checkpoint of step 20
 RESUMED = "resuming from the checkpoint of step 20"
-
-
-def _with_restarts(base):
-    def build(l):
-        procs = LAUNCHERS[base](l)
-        for proc in procs:
-            proc.argv.insert(1, f"--max-restarts={l.options['max_restarts']}")
-        return procs
-    return build
-
-
-for _base in ("torchrun", "torchrun-c10d"):
-    launcher(f"{_base}+restarts")(_with_restarts(_base))
 
 
 def elastic(*args, nnodes=1, check=True, workdir=None, env=None):
@@ -47,17 +35,18 @@ def crash_and_resume(nnodes=1, check=True, workdir=None, env=None):
 
 
 def final_state(result):
-    return torch.load(result.workdir / "checkpoint.pt", weights_only=True)
+    return load(result.workdir / "checkpoint.pt", map_location=None)  # where it was saved
 
 
 def assert_same_training(result, reference):
     state, expected = final_state(result), final_state(reference)
     assert state["step"] == expected["step"] == 40
     for part in ("model", "optimizer"):
-        torch.testing.assert_close(state[part], expected[part], rtol=0, atol=0)
+        assert_same_state(state[part], expected[part], atol=0, what=f"{part} ")
 
 
 @pytest.fixture(scope="module")
+@shared
 def uninterrupted():
     """The page's several-nodes command without the crash: two agents of one rank each."""
     return elastic(nnodes=2)
@@ -100,5 +89,4 @@ def test_on_gpus_the_resumed_run_matches_too():
     logs.assert_nccl_ran(4)  # both ranks of the first start, and of the restart
     state, expected = final_state(result), final_state(reference)
     assert all(value.is_cuda for value in state["model"].values())  # loaded where saved
-    for key, value in expected["model"].items():
-        torch.testing.assert_close(state["model"][key], value, rtol=0, atol=1e-6)
+    assert_same_state(state["model"], expected["model"], atol=1e-6)

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from harness.launch import run
+from harness.launch import run, shared
 from harness.outputs import check_output
 from tests.on_gpus import NcclLogs
 
@@ -21,6 +21,7 @@ def backward_events(block: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+@shared
 def result():
     return run(SNIPPET, launcher="torchrun", nproc=2)
 

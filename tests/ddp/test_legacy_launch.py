@@ -6,7 +6,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output, check_text
-from tests.ddp.test_train import stderr_lines
+from tests.ddp.train_runs import stderr_lines
 
 SNIPPET = "ddp/legacy_launch.py"
 

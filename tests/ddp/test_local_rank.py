@@ -4,8 +4,8 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.ddp.train_runs import stderr_lines
 from tests.on_gpus import NcclLogs
-from tests.ddp.test_train import stderr_lines
 
 SNIPPET = "ddp/local_rank.py"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.launch import run
+from harness.launch import run, shared
 from harness.outputs import check_output
 from tests.on_gpus import NcclLogs
 
@@ -28,11 +28,13 @@ def assert_one_row_per_rank(rows, devices=("cpu", "cpu")):
 
 
 @pytest.fixture(scope="module")
+@shared
 def normal():
     return monitor()
 
 
 @pytest.fixture(scope="module")
+@shared
 def slow():
     return monitor("--slow-rank", "1")
 

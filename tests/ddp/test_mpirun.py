@@ -3,7 +3,7 @@ MPI's mpirun inside a Slurm job, one process per task, on 2 GPUs of one node.
 
 Submitted as it is. On the local cluster, every process that mpirun starts has
 SLURM_PROCID=0, SLURM_NTASKS=1 and SLURM_STEP_ID, from the job step in which mpirun
-started its daemon (tests/slurm/started_by.py); train.py reads Open MPI's variables
+started its daemon (harness/slurm_env.py); train.py reads Open MPI's variables
 first, so ranks 0 and 1
 join a world of 2 and train as torchrun's 2 processes do: the same output, and the same
 final parameters to within 1e-6. One node only: Open MPI across the local cluster's two
@@ -15,8 +15,8 @@ import shutil
 import pytest
 
 from harness.outputs import check_output
-from tests.ddp.test_train import (SNIPPET as TRAIN, assert_same_parameters, final_parameters,
-                                  needs_mpirun, two_ranks)
+from tests.compare import assert_same_state
+from tests.ddp.train_runs import SNIPPET as TRAIN, final_parameters, needs_mpirun, two_ranks
 from tests.on_gpus import assert_gpu_path
 from tests.slurm.jobs import job_end, submit
 from tests.slurm.real_cluster import GPU_ATOL, on_the_gpu_cluster, real_cluster, submit_real
@@ -36,7 +36,7 @@ def test_mpirun_in_a_job_trains_like_torchrun_with_ranks_0_and_1():
     assert result.stdout == two_ranks().stdout
     # within 1e-6, not bit for bit: the job's processes compute with OMP_NUM_THREADS=8
     # threads, torchrun's with 1, which splits the sums of a matrix product otherwise
-    assert_same_parameters(final_parameters(result), final_parameters(two_ranks()), atol=1e-6)
+    assert_same_state(final_parameters(result), final_parameters(two_ranks()), atol=1e-6)
 
 
 @on_the_gpu_cluster()
@@ -49,4 +49,4 @@ def test_on_a_gpu_cluster():
     assert_gpu_path(result.stdout, r"^world size 2 \((?P<backend>\w+), (?P<device>\w+)\): "
                                    r"2 × 16 = 32 samples per step", count=1)
     assert "final parameters identical on all ranks (world size 2)" in result.stdout
-    assert_same_parameters(final_parameters(result), final_parameters(two_ranks()), GPU_ATOL)
+    assert_same_state(final_parameters(result), final_parameters(two_ranks()), GPU_ATOL)

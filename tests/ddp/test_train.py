@@ -1,145 +1,20 @@
 """snippets/ddp/train.py, shown on docs/ddp/code_changes.md and docs/ddp/launching.md.
 
-Also the helpers the other tests of docs/ddp/{concepts,code_changes,launching,migrating}.md
-import: launchers the harness does not have (what srun sets for each task, the old
-``python -m torch.distributed.launch``), cached reference runs, and captures of stderr.
+Its reference runs, and what the tests read in a run, are tests/ddp/train_runs.py's,
+which the other tests of docs/ddp and docs/quickstart.md share.
 """
 
-import dataclasses
-import re
-import shutil
 import socket
-import sys
-import tempfile
-from pathlib import Path
 
 import pytest
-import torch
 
-from harness.launch import Launch, Proc, Result, launcher, run, shared, snippet
+from harness.launch import Result, run
 from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output, check_text
-from tests.slurm.started_by import STARTED_BY, assert_reads_its_launcher
-
-SNIPPET = "ddp/train.py"
-STEP_BATCH = 32  # samples per step over all processes: --batch-size is STEP_BATCH // world size
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                  reason="needs Open MPI's mpirun (Debian: apt-get install openmpi-bin)")
-
-
-@launcher("srun-env")
-def _srun_env(l: Launch) -> list[Proc]:
-    """One process per task with the variables srun sets (SLURM_JOB_ID, SLURM_STEP_ID,
-    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID...) and the MASTER_ADDR and MASTER_PORT the
-    job script exports.
-
-    Options: ``master_addr`` (default 127.0.0.1), ``ranks`` (start only these tasks).
-    """
-    world = l.nproc * l.nnodes
-    return [
-        Proc(f"task{rank}", [sys.executable, str(l.script), *l.args], {
-            "SLURM_JOB_ID": str(l.port), "SLURM_STEP_ID": "0",
-            "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_LOCALID": str(rank % l.nproc),
-            "SLURM_NODEID": str(rank // l.nproc), "SLURM_NNODES": str(l.nnodes),
-            "MASTER_ADDR": l.options.get("master_addr", "127.0.0.1"), "MASTER_PORT": str(l.port),
-        })
-        for rank in l.options.get("ranks", range(world))
-    ]
-
-
-@launcher("torch.distributed.launch")
-def _torch_distributed_launch(l: Launch) -> list[Proc]:
-    """The deprecated ``python -m torch.distributed.launch`` (one node; the port is the run's own)."""
-    return [Proc("launch", [sys.executable, "-m", "torch.distributed.launch",
-                            f"--nproc_per_node={l.nproc}", f"--master_port={l.port}",
-                            str(l.script), *l.args])]
-
-
-# A test-only wrapper: it runs a snippet unchanged, and when the snippet destroys its
-# process group, every rank first saves its DDP model's parameters to rank<N>.pt. This
-# checks that all replicas agree independently of the snippet's own checksum.
-EVERY_RANK_SAVES = '''\
-import runpy, sys
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
-models = []
-init = DistributedDataParallel.__init__
-def record(self, *args, **kwargs):
-    init(self, *args, **kwargs)
-    models.append(self)
-DistributedDataParallel.__init__ = record
-
-destroy = dist.destroy_process_group
-def save_then_destroy(*args, **kwargs):
-    for model in models:
-        torch.save(model.module.state_dict(), f"rank{dist.get_rank()}.pt")
-    destroy(*args, **kwargs)
-dist.destroy_process_group = save_then_destroy
-
-sys.argv.pop(0)
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-
-
-def stderr_lines(result: Result, pattern: str) -> list[str]:
-    """Lines of every process's stderr that match ``pattern``, each once, in order."""
-    lines = [line for o in result.outputs for line in o.stderr.splitlines() if re.search(pattern, line)]
-    return list(dict.fromkeys(lines))
-
-
-def losses(stdout: str) -> list[tuple[str, float]]:
-    """(label, loss) of every progress and end-of-epoch line."""
-    return [(m[1], float(m[2])) for m in re.finditer(r"^(epoch \S+(?:  step \S+| done)).*?loss ([\d.]+)",
-                                                      stdout, re.M)]
-
-
-def held_out_accuracy(stdout: str, images: int = 773) -> float:
-    """The percentage of the held-out digits (773 here, 261 in the quick start's script)
-    the trained model classifies right."""
-    line = re.search(rf"^held-out accuracy ([\d.]+)% on {images} images$", stdout, re.M)
-    assert line, stdout
-    return float(line[1])
-
-
-def final_parameters(result: Result) -> dict[str, torch.Tensor]:
-    return torch.load(result.workdir / "checkpoint.pt", weights_only=True)["model"]
-
-
-def assert_same_parameters(a: dict, b: dict, atol: float) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=atol, msg=key)
-
-
-def train(*args, launcher: str, world: int, nnodes: int = 1, every_rank_saves: bool = False,
-          **options) -> Result:
-    """Run train.py with --batch-size STEP_BATCH // world on ``world`` processes."""
-    batch = ["--batch-size", str(STEP_BATCH // world)]
-    script, workdir = SNIPPET, Path(tempfile.mkdtemp(prefix="ddp-train-"))
-    if every_rank_saves:
-        script = workdir / "every_rank_saves.py"
-        script.write_text(EVERY_RANK_SAVES)
-        args = (str(snippet(SNIPPET)), *args)
-    result = run(script, *args, *batch, launcher=launcher, nproc=world // nnodes, nnodes=nnodes,
-                 workdir=workdir, **options)
-    return dataclasses.replace(result, script=snippet(SNIPPET))
-
-
-@shared
-def one_process() -> Result:
-    """The reference: one process taking the whole batch of every step."""
-    return train(launcher="env", world=1)
-
-
-@shared
-def two_ranks() -> Result:
-    """What code_changes.md tells readers to run first."""
-    return train(launcher="torchrun", world=2)
-
-
-@pytest.fixture(scope="module")
-def four_ranks_on_two_nodes():
-    return train(launcher="torchrun-static", world=4, nnodes=2, every_rank_saves=True)
+from harness.slurm_env import STARTED_BY
+from tests.compare import assert_same_state, load
+from tests.ddp.train_runs import (SNIPPET, final_parameters, held_out_accuracy, losses,
+                                  needs_mpirun, one_process, stderr_lines, train, two_ranks)
+from tests.slurm.started_by import assert_reads_its_launcher
 
 
 def test_two_processes_end_where_one_process_on_the_whole_batch_ends():
@@ -147,23 +22,22 @@ def test_two_processes_end_where_one_process_on_the_whole_batch_ends():
     check_output(result)
     assert result.stdout.startswith("world size 2 (gloo, cpu): 2 × 16 = 32 samples per step")
     assert "final parameters identical on all ranks (world size 2)" in result.stdout
-    assert_same_parameters(final_parameters(result), final_parameters(one_process()), atol=1e-6)
+    assert_same_state(final_parameters(result), final_parameters(one_process()), atol=1e-6)
     assert len(losses(result.stdout)) == 12
     assert held_out_accuracy(result.stdout) == held_out_accuracy(one_process().stdout) > 85
     for (label, loss), (label1, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):
         assert label == label1 and loss == pytest.approx(loss1, abs=1e-4)
 
 
-def test_four_processes_on_two_nodes_hold_identical_parameters_equal_to_one_process(
-        four_ranks_on_two_nodes):
-    result = four_ranks_on_two_nodes
+def test_four_processes_on_two_nodes_hold_identical_parameters_equal_to_one_process():
+    result = train(launcher="torchrun-static", world=4, nnodes=2, every_rank_saves=True)
     check_output(result, "two-nodes")
     assert "final parameters identical on all ranks (world size 4)" in result.stdout
     saved = final_parameters(result)
     for rank in range(4):  # what every rank held when it ended, saved by the test's wrapper
-        own = torch.load(result.workdir / f"rank{rank}.pt", weights_only=True)
-        assert_same_parameters(own, saved, atol=0)
-    assert_same_parameters(saved, final_parameters(one_process()), atol=1e-6)
+        own = load(result.workdir / f"rank{rank}.pt")
+        assert_same_state(own, saved, atol=0)
+    assert_same_state(saved, final_parameters(one_process()), atol=1e-6)
     assert [label for label, _ in losses(result.stdout)] == [label for label, _ in losses(two_ranks().stdout)]
     for (_, loss), (_, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):
         assert loss == pytest.approx(loss1, abs=1e-4)
@@ -179,14 +53,14 @@ def test_every_launcher_gives_the_same_result(launcher, nnodes):
     options = {"master": True, "srun_args": ["--kill-on-bad-exit=1"]} if launcher == "srun" else {}
     result = train(launcher=launcher, world=2, nnodes=nnodes, **options)
     assert losses(result.stdout) == losses(two_ranks().stdout)
-    assert_same_parameters(final_parameters(result), final_parameters(two_ranks()), atol=0)
+    assert_same_state(final_parameters(result), final_parameters(two_ranks()), atol=0)
 
 
 def test_a_stopped_run_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(tmp_path):
     stopped = run(SNIPPET, "--batch-size", "16", "--max-steps", "40", launcher="torchrun", nproc=2,
                   workdir=tmp_path)
     check_output(stopped, "stopped")
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 40
+    assert load(tmp_path / "checkpoint.pt")["step"] == 40
     resumed = run(SNIPPET, "--batch-size", "16", launcher="torchrun", nproc=2, workdir=tmp_path)
     check_output(resumed, "resumed")
     assert "resumed from checkpoint.pt at step 40" in resumed.stdout
@@ -195,7 +69,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint_and_ends_as_if_never_stopped(
     uninterrupted = dict(losses(two_ranks().stdout))
     assert {k: v for k, v in printed.items() if "step" in k} == {
         k: v for k, v in uninterrupted.items() if "step" in k}
-    assert_same_parameters(final_parameters(resumed), final_parameters(two_ranks()), atol=0)
+    assert_same_state(final_parameters(resumed), final_parameters(two_ranks()), atol=0)
 
 
 def one_line_error(result: Result, variant: str) -> str:
@@ -213,7 +87,7 @@ def one_line_error(result: Result, variant: str) -> str:
 def test_it_reads_the_rank_of_whatever_started_it_inside_a_slurm_job(started_by, monkeypatch):
     """Open MPI's variables before Slurm's, which the processes mpirun starts inherit from
     the job script or from a job step of mpirun's; Slurm's only in a task of srun, never
-    in the job script itself (tests/slurm/started_by.py)."""
+    in the job script itself (harness/slurm_env.py)."""
     assert_reads_its_launcher(SNIPPET, started_by, monkeypatch)
 
 
@@ -263,10 +137,10 @@ def test_on_two_gpus_nccl_trains_like_one_process_and_resumes_exactly(tmp_path):
     result = train(launcher="torchrun", world=2)
     assert result.stdout.startswith("world size 2 (nccl, cuda): 2 × 16 = 32 samples per step")
     assert "final parameters identical on all ranks (world size 2)" in result.stdout
-    assert_same_parameters(final_parameters(result), final_parameters(one_process()), GPU_ATOL)
+    assert_same_state(final_parameters(result), final_parameters(one_process()), GPU_ATOL)
     assert BARRIER_WARNING not in result.text  # it was told its GPU
     args = ("--batch-size", "16")
     run(SNIPPET, *args, "--max-steps", "40", launcher="torchrun", nproc=2, workdir=tmp_path)
     resumed = run(SNIPPET, *args, launcher="torchrun", nproc=2, workdir=tmp_path)
     assert "resumed from checkpoint.pt at step 40" in resumed.stdout
-    assert_same_parameters(final_parameters(resumed), final_parameters(result), atol=1e-6)
+    assert_same_state(final_parameters(resumed), final_parameters(result), atol=1e-6)

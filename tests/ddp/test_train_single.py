@@ -4,11 +4,11 @@ import difflib
 import re
 
 import pytest
-import torch
 
 from harness.launch import run, snippet
 from harness.outputs import check_text
-from tests.ddp.test_train import SNIPPET as DDP_SNIPPET, held_out_accuracy, losses
+from tests.compare import load
+from tests.ddp.train_runs import SNIPPET as DDP_SNIPPET, held_out_accuracy, losses
 
 SNIPPET = "ddp/train_single.py"
 
@@ -19,7 +19,7 @@ def test_it_learns_and_saves_a_checkpoint_every_epoch(tmp_path):
     accuracy = float(re.findall(r"accuracy ([\d.]+)% on 1024 samples", result.stdout)[-1])
     assert len(epochs) == 3 and epochs[0] > epochs[1] > epochs[2] and accuracy > 85
     assert held_out_accuracy(result.stdout) > 85  # the 773 images it never trained on
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 96
+    assert load(tmp_path / "checkpoint.pt")["step"] == 96
 
 
 def test_the_page_shows_how_train_py_differs_from_it():

@@ -1,28 +1,21 @@
-"""Helpers of the tests of docs/frameworks: launchers for Horovod, Accelerate and
-TensorFlow workers, a wrapper that saves what every worker held at the end, and skips
-when a framework is not installed (`make test-extras` installs them all).
+"""Helpers of the tests of docs/frameworks: a wrapper that saves what every worker held at
+the end, and skips when a framework is not installed (`make test-extras` installs them
+all). Their launchers are harness/frameworks.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
-import os
-import re
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from harness.launch import (BIN, DEVICE_ENV, ROOT, Launch, Proc, Result, free_port, launcher, run,
-                            snippet)
+from harness.frameworks import TF_VENV
+from harness.launch import Result, run, shared, snippet
 
-#: TensorFlow lives in a venv of its own; `make test-extras` creates it.
-TF_VENV = ROOT / ".venv-tf"
-TF_PYTHON = TF_VENV / "bin" / "python"
 #: Importing TensorFlow takes seconds per process, minutes on a busy machine.
 TF_TIMEOUT = 600
 
@@ -38,61 +31,6 @@ def _needs(ok: bool, what: str):
 needs_horovod = _needs(_installed("horovod"), "Horovod built for this torch (build_horovod.sh)")
 needs_accelerate = _needs(_installed("accelerate"), "Hugging Face Accelerate")
 needs_tensorflow = _needs((TF_VENV / ".installed").is_file(), "TensorFlow in .venv-tf")
-
-
-@launcher("horovodrun")
-def _horovodrun(l: Launch) -> list[Proc]:
-    """``horovodrun -np N -H localhost:N --gloo python script.py`` (``--gloo``: without MPI)."""
-    n = l.nproc * l.nnodes
-    return [Proc("horovodrun", [str(BIN / "horovodrun"), "-np", str(n), "-H", f"localhost:{n}",
-                                "--gloo", sys.executable, str(l.script), *l.args])]
-
-
-@launcher("accelerate")
-def _accelerate(l: Launch) -> list[Proc]:
-    """``accelerate launch FLAGS script.py``, FLAGS from the option ``flags``; the run's port."""
-    return [Proc("accelerate", [str(BIN / "accelerate"), "launch", *l.options["flags"],
-                                "--main_process_port", str(l.port), str(l.script), *l.args])]
-
-
-def tf_gpus(l: Launch) -> dict[str, str]:
-    """The environment that hides the GPUs from TensorFlow in the run of a test not marked
-    multigpu: CUDA_VISIBLE_DEVICES empty, unless the test names GPUs itself. TensorFlow
-    gets no patch like PyTorch's (harness/site/sitecustomize.py); where .venv-tf has CUDA,
-    each worker would otherwise take every GPU of the node, and print so."""
-    if os.environ.get(DEVICE_ENV) == "cpu" and "CUDA_VISIBLE_DEVICES" not in l.env:
-        return {"CUDA_VISIBLE_DEVICES": ""}
-    return {}
-
-
-@launcher("tf-python")
-def _tf_python(l: Launch) -> list[Proc]:
-    """``python script.py`` with the TensorFlow venv's Python."""
-    return [Proc("python", [str(TF_PYTHON), str(l.script), *l.args], tf_gpus(l))]
-
-
-@launcher("tf-workers")
-def _tf_workers(l: Launch) -> list[Proc]:
-    """One TensorFlow worker per node, each told the cluster and its place in TF_CONFIG,
-    as the job script of docs/frameworks/tensorflow.md does."""
-    ports = [l.port] + [free_port() for _ in range(l.nnodes - 1)]
-    workers = [f"127.0.0.1:{port}" for port in ports]
-    return [Proc(f"worker{i}", [str(TF_PYTHON), str(l.script), *l.args], {
-        "TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}),
-        **tf_gpus(l),
-    }) for i in range(l.nnodes)]
-
-
-@launcher("tf-srun")
-def _tf_srun(l: Launch) -> list[Proc]:
-    """One task per process with the variables srun sets, on one node called localhost;
-    ``--port`` gives the first worker's port (the others use the next ones)."""
-    world = l.nproc * l.nnodes
-    return [Proc(f"task{rank}", [str(TF_PYTHON), str(l.script), *l.args, "--port", str(l.port)], {
-        "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_STEP_NUM_TASKS": str(world),
-        "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": str(world),
-        **tf_gpus(l),
-    }) for rank in range(world)]
 
 
 # Run by the test in place of the snippet: it runs the snippet's main() unchanged and,
@@ -162,14 +100,12 @@ def run_every_rank_saves(script: str, *args: str, **kwargs) -> Result:
     return dataclasses.replace(result, script=snippet(script))
 
 
-#: Accelerate imports DeepSpeed when it is installed, and DeepSpeed then prints this
-#: to stdout; the pages show runs without it.
-DEEPSPEED_NOISE = re.compile(r"^\[[^]]*\] \[WARNING\] \[real_accelerator\.py.*\n?", re.M)
-
-
-def without_deepspeed_noise(result: Result) -> Result:
-    outputs = [dataclasses.replace(o, stdout=DEEPSPEED_NOISE.sub("", o.stdout)) for o in result.outputs]
-    return dataclasses.replace(result, outputs=outputs)
+@shared
+def horovodrun() -> Result:
+    """What docs/frameworks/horovod.md tells readers to run first: horovod_train.py under
+    horovodrun with Horovod's Gloo controller (its test, and the DDP translation's, compare
+    with it)."""
+    return run_every_rank_saves("frameworks/horovod_train.py", launcher="horovodrun", nproc=2)
 
 
 def rank_stdout(result: Result, rank: int) -> str:

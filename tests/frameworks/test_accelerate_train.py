@@ -1,17 +1,15 @@
 """snippets/frameworks/accelerate_train.py and its job script
 snippets/frameworks/accelerate_train.sbatch, shown on docs/frameworks/accelerate.md."""
 
-import functools
 
 import numpy as np
 import pytest
-import torch
 
-from harness.launch import run, snippet
+from harness.launch import run, shared, snippet
 from harness.outputs import check_output
+from tests.compare import assert_same_state, load, without_deepspeed_noise
 from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
-                                     rank_stdout, run_every_rank_saves, saved,
-                                     without_deepspeed_noise)
+                                     rank_stdout, run_every_rank_saves, saved)
 from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
@@ -23,7 +21,7 @@ MULTI = ["--multi_gpu", "--num_processes", "2"]  # what the page tells readers t
 pytestmark = [pytest.mark.extras, needs_accelerate]
 
 
-@functools.cache
+@shared
 def accelerate_launch():
     return accelerate(SNIPPET, nproc=2, flags=MULTI)
 
@@ -81,11 +79,7 @@ def test_the_job_script_trains_on_two_nodes_as_many_processes_on_one():
     assert job.stdout.count("saved model.pt") == 1
     assert job_end(job)["state"] == "COMPLETED"
     one_node = run(SNIPPET, launcher="torchrun", nproc=world)
-    ours = torch.load(job.workdir / "model.pt", weights_only=True)
-    theirs = torch.load(one_node.workdir / "model.pt", weights_only=True)
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        assert torch.equal(ours[key], theirs[key]), key
+    assert_same_state(load(job.workdir / "model.pt"), load(one_node.workdir / "model.pt"), atol=0)
 
 
 @pytest.mark.multigpu(2)
@@ -113,8 +107,4 @@ def test_the_job_script_on_a_gpu_cluster():
     assert job.stdout.count("saved model.pt") == 1
     assert job_end(job)["state"] == "COMPLETED"
     one_node = run(SNIPPET, launcher="torchrun", nproc=world)
-    ours = torch.load(job.workdir / "model.pt", map_location="cpu", weights_only=True)
-    theirs = torch.load(one_node.workdir / "model.pt", map_location="cpu", weights_only=True)
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=GPU_ATOL)
+    assert_same_state(load(job.workdir / "model.pt"), load(one_node.workdir / "model.pt"), GPU_ATOL)

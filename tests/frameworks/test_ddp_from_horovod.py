@@ -5,11 +5,11 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 from harness.outputs import check_output, check_text
-from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
-from tests.frameworks.test_horovod_train import horovodrun
+from tests.compare import load
+from tests.frameworks.common import (assert_every_rank_holds_the_same, horovodrun, needs_horovod,
+                                     run_every_rank_saves)
 from tests.on_gpus import NcclLogs
 
 SNIPPET = "frameworks/ddp_from_horovod.py"
@@ -33,8 +33,8 @@ def test_the_ddp_translation_trains_exactly_as_horovod():
     held = assert_every_rank_holds_the_same(ddp, 2)
     for a, b in zip(held, assert_every_rank_holds_the_same(horovod, 2)):
         np.testing.assert_array_equal(a, b)
-    ddp_saved = torch.load(ddp.workdir / "model.pt", weights_only=True)
-    horovod_saved = torch.load(horovod.workdir / "model.pt", weights_only=True)
+    ddp_saved = load(ddp.workdir / "model.pt")
+    horovod_saved = load(horovod.workdir / "model.pt")
     assert ddp_saved.keys() == horovod_saved.keys()
     lines = [f"{'tensor':<10}{'shape':>10}{'largest difference':>20}"]
     for (name, a), b in zip(ddp_saved.items(), held):

@@ -1,15 +1,16 @@
 """snippets/frameworks/horovod_train.py and its job script snippets/frameworks/horovod_train.sbatch,
 shown on docs/frameworks/horovod.md."""
 
-import functools
 import shutil
 
 import numpy as np
 import pytest
-import torch
 
+from harness.launch import shared
 from harness.outputs import check_output
-from tests.frameworks.common import assert_every_rank_holds_the_same, needs_horovod, run_every_rank_saves
+from tests.compare import load
+from tests.frameworks.common import (assert_every_rank_holds_the_same, horovodrun, needs_horovod,
+                                     run_every_rank_saves)
 from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
@@ -26,13 +27,7 @@ def horovod_built_with_mpi() -> bool:
     return hvd.mpi_built()
 
 
-@functools.cache
-def horovodrun():
-    """What the page tells readers to run first: horovodrun with Horovod's Gloo controller."""
-    return run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2)
-
-
-@functools.cache
+@shared
 def mpirun(processes: int):
     """The script under mpirun (Horovod's MPI controller), once per number of processes."""
     return run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=processes)
@@ -67,7 +62,7 @@ def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
     check_output(result, "slurm")
     assert result.stdout.startswith(f"{GPUS} processes, MPI controller, on cpu")
     assert job_end(result)["state"] == "COMPLETED"
-    saved = torch.load(result.workdir / "model.pt", weights_only=True)
+    saved = load(result.workdir / "model.pt")
     # Open MPI adds the gradients up, as under mpirun; Gloo's order (horovodrun) differs
     # from it in the last bits with 4 processes.
     expected = assert_every_rank_holds_the_same(mpirun(GPUS), GPUS)
@@ -103,7 +98,7 @@ def test_the_job_script_on_a_gpu_cluster():
     assert result.stdout.startswith(f"{gpus} processes, MPI controller, on cuda")
     assert f"final parameters identical on all {gpus} processes" in result.stdout
     assert job_end(result)["state"] == "COMPLETED"
-    saved = torch.load(result.workdir / "model.pt", map_location="cpu", weights_only=True)
+    saved = load(result.workdir / "model.pt")
     expected = assert_every_rank_holds_the_same(
         run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=gpus), gpus)
     assert len(saved) == len(expected)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from harness.frameworks import TF_VENV
 from harness.launch import run
 from harness.outputs import check_output, check_text
-from tests.frameworks.common import (TF_TIMEOUT, TF_VENV, needs_tensorflow, run_every_rank_saves,
-                                     saved)
+from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow, run_every_rank_saves, saved
 
 SNIPPET = "frameworks/tf_mirrored.py"
 
@@ -17,7 +17,7 @@ NO_SUCH_GPU = "GPU-00000000-0000-0000-0000-000000000000"
 
 
 def test_two_replicas_on_one_machine_hold_identical_variables():
-    # The GPUs, if any, are hidden (common.tf_gpus), as on a machine without GPUs
+    # The GPUs, if any, are hidden (harness/frameworks.py's tf_gpus), as on a machine without GPUs
     result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT)
     check_output(result)
     assert result.stdout.startswith("TensorFlow 2.21.0 sees 0 GPU(s)\n"

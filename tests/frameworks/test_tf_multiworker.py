@@ -1,12 +1,11 @@
 """snippets/frameworks/tf_multiworker.py, shown on docs/frameworks/tensorflow.md."""
 
 import ast
-import functools
 
 import numpy as np
 import pytest
 
-from harness.launch import snippet
+from harness.launch import shared, snippet
 from harness.outputs import check_output
 from tests.frameworks.common import (TF_TIMEOUT, assert_every_rank_holds_the_same, needs_tensorflow,
                                      run_every_rank_saves, saved)
@@ -16,7 +15,7 @@ SNIPPET = "frameworks/tf_multiworker.py"
 pytestmark = [pytest.mark.extras]
 
 
-@functools.cache
+@shared
 def two_workers():
     """Two workers, each told the cluster in TF_CONFIG by its job script."""
     return run_every_rank_saves(SNIPPET, launcher="tf-workers", nnodes=2, timeout=TF_TIMEOUT)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import frameworks
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, ROOT, SNIPPETS, run
 from harness.outputs import check_text
-from tests.frameworks import common as frameworks
 
 PROBE = """\
 import torch

@@ -35,7 +35,7 @@ def test_a_test_file_tests_the_snippets_of_its_mirrored_name():
 
 def test_every_snippet_shown_has_a_passing_release():
     """The build fails otherwise (docs/_ext/snippets.py): say which, sooner."""
-    from tests.test_snippet_tests import snippet_files
+    from harness.mirror import snippet_files
     claims = tv.claims()
     missing = [p.relative_to(tv.SNIPPETS).as_posix() for p in snippet_files()
                if "torch" in p.read_text().lower()

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from harness.launch import BIN, free_port, run, shared, snippet, snippet_code
 from harness.outputs import GPU_ATOL  # noqa: F401 (the chapter's tests import it from here)
+from tests.compare import assert_same_state, load
 from tests.on_gpus import NcclLogs
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
@@ -29,8 +30,6 @@ DS_CONFIGS = ["ds_config_zero1.json", "ds_config_zero2.json", "ds_config_zero3.j
 #: The first DeepSpeed run on a machine compiles an operator for the CPU (about a minute;
 #: `make` does it when it installs, and caches it in ~/.cache/torch_extensions).
 DS_TIMEOUT = 900
-#: What DeepSpeed and its launcher log with time stamps, and the CPU-only operator build.
-DS_NOISE = re.compile(r"^(\[\d{4}-\d\d-\d\d [^\]]*\] .*|DeepSpeed .* built successfully)$")
 #: How the suite runs fsdp2.py: ranks -> options.
 FSDP2_RUNS = {1: ("--bf16",), 2: (), 4: ("--offload",)}
 
@@ -75,12 +74,6 @@ def deepspeed_gpu_run():
     return result
 
 
-def without_deepspeed_logs(result):
-    """deepspeed_zero.py's output without DeepSpeed's time-stamped log lines, for check_text."""
-    lines = [line for line in result.stdout.splitlines() if not DS_NOISE.match(line)]
-    return "\n".join(lines) + "\n"
-
-
 @shared
 def dcp_runs():
     """2 ranks train 2 epochs; 4 ranks resume from that checkpoint to 4; one process converts."""
@@ -120,14 +113,12 @@ def reference(name, epochs=3, clip=None):
 
 
 def assert_same_weights(state, expected, atol=1e-5):
-    assert state.keys() == expected.keys()
-    for key, value in expected.items():
-        torch.testing.assert_close(state[key].float().cpu(), value, rtol=0, atol=atol,
-                                   msg=lambda m, key=key: f"{key}: {m}")
+    """The weights of a run equal the reference's within ``atol``, read as float32 on the CPU."""
+    assert_same_state({key: value.float().cpu() for key, value in state.items()}, expected, atol)
 
 
 def saved(result, filename):
-    return torch.load(result.workdir / filename, map_location="cpu", weights_only=True)
+    return load(result.workdir / filename)
 
 
 NUMBER = r"(\d+(?:\.\d+)?)"

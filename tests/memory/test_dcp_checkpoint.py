@@ -3,11 +3,11 @@
 import re
 
 import pytest
-import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.compare import load
 from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference, torchrun
 from tests.on_gpus import NcclLogs
 
@@ -21,7 +21,7 @@ def files(folder):
 def checkpoint(folder, tmp_path):
     """What a DCP checkpoint folder holds, read here in one process."""
     dcp_to_torch_save(folder, tmp_path / "check.pt")
-    return torch.load(tmp_path / "check.pt", weights_only=True)["app"]
+    return load(tmp_path / "check.pt")["app"]
 
 
 def test_two_ranks_write_one_checkpoint_per_epoch_with_a_file_per_rank(tmp_path):

@@ -8,6 +8,7 @@ import torch
 
 from harness.launch import run, snippet
 from harness.outputs import check_output
+from tests.compare import load
 from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference
 from tests.on_gpus import NcclLogs
 
@@ -19,7 +20,7 @@ def test_converts_a_four_rank_checkpoint_into_one_file_for_plain_pytorch():
     check_output(runs.converted)
     assert "model.pt: epoch 4, saved by 4 ranks, 26 model tensors, optimiser state for 26" \
         in runs.converted.stdout
-    state = torch.load(runs.folder / "model.pt", weights_only=True)["app"]
+    state = load(runs.folder / "model.pt")["app"]
     assert_same_weights(state["model"], reference("memory/dcp_checkpoint.py", epochs=4))
     # the predictions printed are those of the reference weights
     model = runpy.run_path(str(snippet(SNIPPET)))["Net"]()
@@ -39,6 +40,6 @@ def test_converts_a_checkpoint_saved_by_two_gpus(tmp_path):
     logs.assert_nccl_ran(2)  # the checkpoint was saved by two GPUs
     converted = run(SNIPPET, "checkpoints/epoch_4", "model.pt", workdir=tmp_path)
     assert "model.pt: epoch 4, saved by 2 ranks, 26 model tensors" in converted.stdout
-    state = torch.load(tmp_path / "model.pt", weights_only=True)["app"]  # loads on the CPU
+    state = load(tmp_path / "model.pt", map_location=None)["app"]  # loads on the CPU as saved
     assert_same_weights(state["model"], reference("memory/dcp_checkpoint.py", epochs=4),
                         atol=GPU_ATOL)

@@ -10,9 +10,10 @@ the profile's nodes.
 import pytest
 
 from harness.outputs import check_text
+from tests.compare import without_deepspeed_logs
 from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights,
                                deepspeed_gpu_run, deepspeed_run, deepspeed_tables,
-                               needs_deepspeed, reference, saved, without_deepspeed_logs)
+                               needs_deepspeed, reference, saved)
 from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, submit
 from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real

@@ -1,12 +1,11 @@
 """snippets/memory/fsdp2_meta.py, shown on docs/memory/fsdp2_large.md."""
 
-import functools
 import re
 import shutil
 
 import pytest
 
-from harness.launch import run
+from harness.launch import run, shared
 from harness.outputs import check_output
 from tests.memory.runs import GPU_ATOL, assert_same_weights, reference, saved, workdir
 from tests.on_gpus import NcclLogs
@@ -16,7 +15,7 @@ PARAMETERS = 531_521  # 16 blocks of width 64 and the head
 LARGEST = 256 * 64 * 4  # bytes of the largest weight
 
 
-@functools.cache
+@shared
 def pretrained():
     """``python fsdp2_meta.py --pretrain``: the checkpoint every run below starts from."""
     return run(SNIPPET, "--pretrain", workdir=workdir())

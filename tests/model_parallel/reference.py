@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness.launch import snippet_code
+from tests.compare import assert_same_state, load
 
 ATOL = 1e-5
 
@@ -39,20 +40,12 @@ def trained_in_one_process(path, build="build_model", steps=None):
     return one_process(model, *code["make_batch"](), steps=steps or code["STEPS"])
 
 
-def assert_tensors_close(actual, expected, atol=ATOL):
-    """Two {name: tensor} dicts with the same names and values within ``atol``."""
-    assert sorted(actual) == sorted(expected)
-    for name, value in expected.items():
-        torch.testing.assert_close(actual[name].cpu(), value.detach().cpu(), rtol=0, atol=atol,
-                                   msg=lambda m, name=name: f"{name}: {m}")
-
-
 def assert_matches(saved, reference, atol=ATOL):
     """A snippet's saved {losses, first_grads, model} equals the one-process reference."""
     torch.testing.assert_close(torch.tensor(saved["losses"]), torch.tensor(reference["losses"]),
                                rtol=0, atol=atol)
-    assert_tensors_close(saved["first_grads"], reference["first_grads"], atol)
-    assert_tensors_close(saved["model"], reference["model"], atol)
+    assert_same_state(saved["first_grads"], reference["first_grads"], atol)
+    assert_same_state(saved["model"], reference["model"], atol)
 
 
 def printed_losses(stdout):
@@ -63,6 +56,6 @@ def printed_losses(stdout):
 
 def assert_run_matches(result, expected, atol=ATOL):
     """A run's printed losses, and the <snippet>.pt it saved, equal the reference."""
-    saved = torch.load(result.workdir / f"{result.script.stem}.pt", weights_only=True)
+    saved = load(result.workdir / f"{result.script.stem}.pt")
     assert_matches(saved, expected, atol)
     assert printed_losses(result.stdout) == pytest.approx(expected["losses"], abs=atol)

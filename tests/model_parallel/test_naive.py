@@ -6,7 +6,8 @@ from torch import nn
 
 from harness.launch import own_gpus, run, snippet
 from harness.outputs import check_output
-from tests.model_parallel.reference import assert_tensors_close, printed_losses, snippet_code
+from tests.compare import assert_same_state, load
+from tests.model_parallel.reference import printed_losses, snippet_code
 
 SNIPPET = "model_parallel/naive.py"
 COPY = "        x = x.to(self.dev1)  # copy the activations to the second device\n"
@@ -28,7 +29,7 @@ def unsplit_reference():
 def assert_matches_unsplit(result, atol):
     losses, weights = unsplit_reference()
     assert printed_losses(result.stdout) == pytest.approx(losses, abs=1e-6 + atol)
-    assert_tensors_close(torch.load(result.workdir / "naive.pt", weights_only=True), weights, atol)
+    assert_same_state(load(result.workdir / "naive.pt"), weights, atol)
 
 
 def without_the_copy():

@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from harness.launch import run, snippet_code
+from harness.launch import run, shared, snippet_code
 from harness.outputs import BARRIER_WARNING, check_output
 from tests.on_gpus import NcclLogs
 from tests.performance.device_checks import check_barrier_names_the_gpu
@@ -38,6 +38,7 @@ def ceiling(m):
 
 
 @pytest.fixture(scope="module")
+@shared
 def result():
     return run(SNIPPET, launcher="torchrun", nproc=STAGES)
 

@@ -1,11 +1,11 @@
 """snippets/model_parallel/tensor_parallel.py, shown on docs/model_parallel/tensor_parallel.md."""
 
 import pytest
-import torch
 
 from harness.launch import run, snippet
 from harness.outputs import check_output
-from tests.model_parallel.reference import assert_tensors_close, trained_in_one_process
+from tests.compare import assert_same_state, load
+from tests.model_parallel.reference import ATOL, trained_in_one_process
 from tests.on_gpus import NcclLogs
 
 SNIPPET = "model_parallel/tensor_parallel.py"
@@ -13,12 +13,12 @@ PLANS = ["tensor parallel", "+ sequence parallel"]
 
 
 def assert_both_plans_match_one_process(result):
-    saved = torch.load(result.workdir / "tensor_parallel.pt", weights_only=True)
+    saved = load(result.workdir / "tensor_parallel.pt")
     expected = trained_in_one_process(SNIPPET, "Net", steps=1)
     assert list(saved) == PLANS
     for plan in PLANS:
         assert saved[plan]["loss"] == pytest.approx(expected["losses"][0], abs=1e-5)
-        assert_tensors_close(saved[plan]["grads"], expected["first_grads"])
+        assert_same_state(saved[plan]["grads"], expected["first_grads"], ATOL)
 
 
 def collectives(stdout):

@@ -5,8 +5,6 @@ the batch that one process sees with N times the batch size and ``num_replicas=1
 averaged gradients are therefore the full-batch gradients, and the trained weights match.
 """
 
-
-import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
@@ -33,11 +31,3 @@ def full_batch_reference(path, *, loss_fn, make_optimizer, batch_size, epochs, s
                 optimizer.step()
             step += 1
     return model.state_dict()
-
-
-def assert_state_close(state, reference, atol):
-    assert state.keys() == reference.keys()
-    for key, value in reference.items():
-        torch.testing.assert_close(
-            state[key].cpu(), value, rtol=0, atol=atol, msg=lambda m, key=key: f"{key}: {m}"
-        )

@@ -12,8 +12,9 @@ import torch
 
 from harness.launch import run
 from harness.outputs import BF16, FP16, check_output
+from tests.compare import assert_same_state, load
 from tests.on_gpus import NcclLogs, assert_gpu_path
-from tests.performance.reference import assert_state_close, full_batch_reference
+from tests.performance.reference import full_batch_reference
 
 SNIPPET = "performance/amp.py"
 RANKS = 2
@@ -25,7 +26,7 @@ LOW_PRECISION_ATOL = 0.05
 
 
 def assert_close_to_reference(checkpoint, skipped_steps=0):
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state = load(checkpoint)
     assert state["epoch"] == EPOCHS
     reference = full_batch_reference(
         SNIPPET,
@@ -35,7 +36,7 @@ def assert_close_to_reference(checkpoint, skipped_steps=0):
         make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
         skipped_steps=skipped_steps,
     )
-    assert_state_close(state["model"], reference, LOW_PRECISION_ATOL)
+    assert_same_state(state["model"], reference, LOW_PRECISION_ATOL)
 
 
 def scales(stdout):
@@ -61,7 +62,7 @@ def skipped_by_scaler(first_scale):
 def check_fp16(workdir, first, resumed):
     saved = scales(first.stdout)[-1]
     assert f"resumed from amp_fp16.pt at epoch 2, loss scale {saved}" in resumed.stdout
-    state = torch.load(workdir / "amp_fp16.pt", map_location="cpu", weights_only=True)
+    state = load(workdir / "amp_fp16.pt")
     scaler = torch.amp.GradScaler("cpu")
     scaler.load_state_dict(state["scaler"])
     assert scaler.get_scale() == scales(resumed.stdout)[-1]

@@ -7,9 +7,10 @@ import torch
 
 from harness.launch import run, snippet, snippet_code
 from harness.outputs import BARRIER_WARNING, Tolerance, check_output
+from tests.compare import assert_same_state, load
 from tests.on_gpus import NcclLogs, assert_gpu_path
 from tests.performance.device_checks import check_barrier_names_the_gpu
-from tests.performance.reference import assert_state_close, full_batch_reference
+from tests.performance.reference import full_batch_reference
 
 SNIPPET = "performance/channels_last.py"
 RANKS = 2
@@ -42,7 +43,7 @@ def check_run(workdir, device, script=SNIPPET, env=None):
     assert flags(result.stdout, "contiguous_format") == ["no", "no", "no"]
     # weight, activation and gradient
     assert flags(result.stdout, "channels_last") == ["yes", "yes", "yes"]
-    state = torch.load(workdir / "channels_last.pt", map_location="cpu", weights_only=True)
+    state = load(workdir / "channels_last.pt")
     assert state["0.weight"].is_contiguous(memory_format=torch.channels_last)
     reference = full_batch_reference(  # contiguous, one process, full batches
         SNIPPET,
@@ -51,7 +52,7 @@ def check_run(workdir, device, script=SNIPPET, env=None):
         epochs=3,
         make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
     )
-    assert_state_close(state, reference, atol=ATOL[device])
+    assert_same_state(state, reference, atol=ATOL[device])
     return result
 
 

@@ -5,8 +5,9 @@ import torch
 
 from harness.launch import run
 from harness.outputs import check_output
+from tests.compare import assert_same_state, load
 from tests.on_gpus import NcclLogs
-from tests.performance.reference import assert_state_close, full_batch_reference
+from tests.performance.reference import full_batch_reference
 
 SNIPPET = "performance/no_sync.py"
 RANKS, ACCUMULATE, BATCH = 2, 4, 8
@@ -29,7 +30,7 @@ def check_run(workdir, atol, env=None):
         env=env,
     )
     table = rows(result.stdout)
-    state = torch.load(workdir / "no_sync.pt", map_location="cpu", weights_only=True)
+    state = load(workdir / "no_sync.pt")
     model_bytes = sum(t.numel() * t.element_size() for t in state.values())
     # one all-reduce per micro-batch without no_sync(), one per accumulation window with it
     assert table["without"] == (ACCUMULATE, ACCUMULATE * model_bytes)
@@ -42,7 +43,7 @@ def check_run(workdir, atol, env=None):
         epochs=2,
         make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
     )
-    assert_state_close(state, reference, atol)
+    assert_same_state(state, reference, atol)
     return result
 
 

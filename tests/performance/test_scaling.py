@@ -11,11 +11,12 @@ import shlex
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from harness.launch import ROOT, run, snippet
+from harness.launch import ROOT, run, shared, snippet
 from harness.outputs import BARRIER_WARNING, check_output
 from tests.on_gpus import assert_gpu_path
 from tests.performance.device_checks import check_barrier_names_the_gpu
@@ -44,8 +45,9 @@ def png_size(path):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("scaling")
+@shared
+def runs():
+    workdir = Path(tempfile.mkdtemp(prefix="scaling-"))
     results = {n: run(SNIPPET, *SMALL, launcher="env", nproc=n, workdir=workdir) for n in (1, 2, 4)}
     return workdir, results
 

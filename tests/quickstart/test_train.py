@@ -5,36 +5,17 @@ same losses, the same held-out accuracy, the same saved model. On 2 GPUs, the sa
 NCCL, within the tolerance of GPU kernels.
 """
 
-import functools
-import re
-
 import pytest
-import torch
 
-from harness.launch import Result, run
+from harness.launch import Result, run, shared
 from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output
-from tests.ddp.test_train import assert_same_parameters
-from tests.ddp.test_train import held_out_accuracy as ddp_held_out_accuracy
+from tests.compare import assert_same_state
+from tests.quickstart.runs import epoch_losses, held_out_accuracy, saved_model
 
 SNIPPET = "quickstart/train.py"
 
 
-def epoch_losses(stdout: str) -> list[float]:
-    """The loss of every epoch, over all 1536 training images."""
-    return [float(loss) for loss in re.findall(r"^epoch \d+: loss ([\d.]+) on 1536 images$",
-                                               stdout, re.M)]
-
-
-def held_out_accuracy(stdout: str) -> float:
-    """The percentage of the 261 held-out images the trained model classifies right."""
-    return ddp_held_out_accuracy(stdout, images=261)
-
-
-def saved_model(result: Result) -> dict[str, torch.Tensor]:
-    return torch.load(result.workdir / "model.pt", map_location="cpu", weights_only=True)
-
-
-@functools.cache
+@shared
 def one_process() -> Result:
     """The reference: one process taking all 32 images of every step, on the CPU."""
     return run(SNIPPET, "--batch-size", "32", launcher="torchrun", nproc=1,
@@ -49,7 +30,7 @@ def test_two_processes_train_like_one_process_on_the_whole_batch():
     assert len(losses) == 5 and losses == sorted(losses, reverse=True)  # it learns
     assert losses == pytest.approx(epoch_losses(one_process().stdout), abs=1e-4)
     assert held_out_accuracy(result.stdout) == held_out_accuracy(one_process().stdout) > 90
-    assert_same_parameters(saved_model(result), saved_model(one_process()), atol=1e-6)
+    assert_same_state(saved_model(result), saved_model(one_process()), atol=1e-6)
 
 
 @pytest.mark.multigpu(2)
@@ -59,5 +40,5 @@ def test_on_two_gpus_nccl_trains_like_the_cpu():
     assert epoch_losses(result.stdout) == pytest.approx(epoch_losses(one_process().stdout),
                                                         abs=1e-3)
     assert held_out_accuracy(result.stdout) > 90
-    assert_same_parameters(saved_model(result), saved_model(one_process()), atol=GPU_ATOL)
+    assert_same_state(saved_model(result), saved_model(one_process()), atol=GPU_ATOL)
     assert BARRIER_WARNING not in result.text  # it was told its GPU

@@ -10,7 +10,7 @@ the nodes and GPUs of the job the tests run in.
 import pytest
 
 from harness.outputs import check_output
-from tests.quickstart.test_one_node import assert_trained, submit_quickstart
+from tests.quickstart.runs import assert_trained, submit_quickstart
 from tests.slurm.jobs import GPUS, job_nodes
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 

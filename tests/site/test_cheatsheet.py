@@ -8,7 +8,7 @@ that it ran in the tests exactly as spelled there.
 import re
 
 from harness.launch import ROOT, SNIPPETS
-from tests.test_snippet_tests import mirror_test, snippet_files
+from harness.mirror import mirror_test, snippet_files
 
 CHEATSHEET = ROOT / "docs" / "cheatsheet.md"
 #: Words of a table's code spans that are placeholders or arguments, not things to run.

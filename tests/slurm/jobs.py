@@ -16,6 +16,7 @@ import torch
 
 from harness import profile as centre
 from harness.launch import Result, run
+from tests.compare import assert_same_state, load
 
 #: The centre profile the tests run with (CENTRE, or profiles/default.toml).
 PROFILE = centre.load()
@@ -125,7 +126,7 @@ def losses(stdout: str) -> list[str]:
 
 def checkpoint(result: Result, name: str = "checkpoint.pt") -> dict:
     """The checkpoint train.py left in the job's folder."""
-    return torch.load(result.workdir / name, map_location="cpu", weights_only=True)
+    return load(result.workdir / name)
 
 
 def assert_same_training(result: Result, reference: Result, name: str = "checkpoint.pt",
@@ -136,11 +137,8 @@ def assert_same_training(result: Result, reference: Result, name: str = "checkpo
     assert ours["step"] == theirs["step"] and ours["config"] == theirs["config"]
     for part in ("model", "optimizer"):
         a, b = _tensors(ours[part]), _tensors(theirs[part])
-        assert a.keys() == b.keys() and a, part
-        different = [key for key in a if not (
-            torch.equal(a[key], b[key]) if atol == 0 else
-            torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=atol))]
-        assert not different, f"{part}: {different} differ"
+        assert a, part
+        assert_same_state(a, b, atol, what=part)
 
 
 def _tensors(tree, prefix="") -> dict[str, torch.Tensor]:

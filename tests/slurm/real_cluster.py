@@ -14,31 +14,27 @@ environment of the tests without the variables of the job the tests run in: a jo
 inherits the environment it is submitted from, and srun (Slurm 23.11 and later) refuses
 to start when an inherited SLURM_CPUS_PER_TASK disagrees with the job's own.
 
-None of this uses the local cluster: these tests are not marked ``slurm``.
+None of this uses the local cluster: these tests are not marked ``slurm``. The launchers
+that submit from outside the job (``real-sbatch``, ``real-srun``, ``real-bash``) are
+harness/slurm.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from harness import slurm as _registers_the_sbatch_launcher  # noqa: F401
-from harness.launch import LAUNCHERS, ROOT, Launch, Proc, Result, launcher, run
+from harness import slurm
+from harness.launch import ROOT, Result, run, shared
 from harness.outputs import GPU_ATOL  # noqa: F401 (the job scripts' tests import it from here)
 
-#: The cluster the tests run in, read before a test of the session starts the local
-#: cluster (which sets SLURM_CONF for the rest of the session); None: Slurm's default.
-OUTER_SLURM_CONF = os.environ.get("SLURM_CONF")
 JOBS_DIR = ROOT / ".gpu-test-jobs"
 #: Seconds a job may take, its time in the queue included (GPU_TEST_JOB_TIMEOUT).
 TIMEOUT = float(os.environ.get("GPU_TEST_JOB_TIMEOUT", "3600"))
-#: Variables of the job the tests run in, which the jobs they submit must not inherit.
-JOB_VARIABLES = ("SLURM_", "SRUN_", "SBATCH_", "SALLOC_")
 
 
 def on_the_gpu_cluster(gpus: int = 2, jobs: int = 1):
@@ -72,8 +68,8 @@ class RealCluster:
 
     def use(self, monkeypatch) -> None:
         """Make the test's own Slurm commands (squeue, scontrol) ask this cluster."""
-        if OUTER_SLURM_CONF:
-            monkeypatch.setenv("SLURM_CONF", OUTER_SLURM_CONF)
+        if slurm.OUTER_SLURM_CONF:
+            monkeypatch.setenv("SLURM_CONF", slurm.OUTER_SLURM_CONF)
         else:
             monkeypatch.delenv("SLURM_CONF", raising=False)
 
@@ -90,7 +86,7 @@ def real_cluster(gpus: int = 2) -> RealCluster:
     if "SLURM_JOB_ID" not in env:
         pytest.skip("not inside a Slurm job: submit snippets/slurm/gpu_tests.sbatch to run "
                     "the job scripts on a cluster")
-    if _is_local_test_cluster(OUTER_SLURM_CONF):
+    if _is_local_test_cluster(slurm.OUTER_SLURM_CONF):
         pytest.skip("inside a job of the local test cluster, whose GPUs are not real")
     have = int(env.get("SLURM_GPUS_ON_NODE", "0"))
     if have < gpus:
@@ -107,28 +103,10 @@ def login_environment() -> dict[str, str]:
     """The tests' environment without the variables of the job they run in, with the
     configuration of its cluster: a login node's, for a test's own srun or scancel."""
     env = {var: value for var, value in os.environ.items()
-           if not var.startswith(JOB_VARIABLES)}
-    if OUTER_SLURM_CONF:
-        env["SLURM_CONF"] = OUTER_SLURM_CONF
+           if not var.startswith(slurm.JOB_VARIABLES)}
+    if slurm.OUTER_SLURM_CONF:
+        env["SLURM_CONF"] = slurm.OUTER_SLURM_CONF
     return env
-
-
-def _outside_the_job(name: str):
-    """The harness's ``name`` launcher, run without the variables of the job the tests run
-    in, with the configuration of its cluster: as from a login node of that cluster."""
-
-    def build(l: Launch) -> list[Proc]:
-        drop = sorted(var for var in os.environ
-                      if var.startswith(JOB_VARIABLES) and var != "SLURM_CONF")
-        conf = [f"SLURM_CONF={OUTER_SLURM_CONF}"] if OUTER_SLURM_CONF else ["-u", "SLURM_CONF"]
-        prefix = ["env", *(arg for var in drop for arg in ("-u", var)), *conf]
-        return [dataclasses.replace(p, argv=[*prefix, *p.argv]) for p in LAUNCHERS[name](l)]
-
-    return build
-
-
-launcher("real-sbatch")(_outside_the_job("sbatch"))  # see harness/slurm.py
-launcher("real-srun")(_outside_the_job("srun"))
 
 
 def job_folder(name: str) -> Path:
@@ -152,7 +130,7 @@ def submit_real(cluster: RealCluster, script: str, *args: str,
                sbatch_args=[*cluster.options, *sbatch_args], **options)
 
 
-@functools.cache
+@shared
 def real_one_node(cluster: RealCluster, ranks: int) -> Result:
     """snippets/slurm/one_node.sbatch on ``ranks`` GPUs of one node, run once: the training
     the other jobs of docs/slurm are compared with on the real cluster."""

@@ -3,7 +3,7 @@ runs train.py with python alone, without srun, torchrun or mpirun.
 
 Submitted as it is: one node, one task per GPU. The batch script runs train.py once.
 Slurm sets SLURM_PROCID=0 and SLURM_NTASKS there too, but no SLURM_STEP_ID
-(tests/slurm/started_by.py), so train.py stops at once with one line, and the job fails,
+(harness/slurm_env.py), so train.py stops at once with one line, and the job fails,
 where it used to wait for ranks that never come (or, with one task, to train alone). The
 same job with the train.py of docs/ddp/code_changes.md stops with that script's line for
 a job script, which the page shows. On a GPU cluster, the same on the GPUs of one node

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from harness import slurm
 from harness.launch import run
 from tests.slurm import real_cluster as real
 from tests.slurm.real_cluster import RealCluster, real_cluster
@@ -21,7 +22,7 @@ def in_a_job(monkeypatch):
     for name, value in JOB.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SLURM_JOB_QOS", raising=False)
-    monkeypatch.setattr(real, "OUTER_SLURM_CONF", None)
+    monkeypatch.setattr(slurm, "OUTER_SLURM_CONF", None)
 
 
 def test_outside_a_job_the_tests_are_skipped(monkeypatch):
@@ -40,7 +41,7 @@ def test_a_job_with_too_few_gpus_skips_them(in_a_job, monkeypatch):
 def test_a_job_of_the_local_test_cluster_skips_them(in_a_job, monkeypatch, tmp_path):
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "gpu0").symlink_to("/dev/null")  # as tools/local-slurm/start makes it
-    monkeypatch.setattr(real, "OUTER_SLURM_CONF", str(tmp_path / "slurm.conf"))
+    monkeypatch.setattr(slurm, "OUTER_SLURM_CONF", str(tmp_path / "slurm.conf"))
     with pytest.raises(pytest.skip.Exception, match="local test cluster"):
         real_cluster()
 
@@ -57,7 +58,7 @@ def test_the_jobs_ask_for_what_the_job_has(in_a_job):
 @pytest.mark.slurm
 def test_the_jobs_do_not_inherit_the_variables_of_the_job_the_tests_run_in(
         in_a_job, monkeypatch, tmp_path, slurm_cluster):
-    monkeypatch.setattr(real, "OUTER_SLURM_CONF", str(slurm_cluster))  # the local one here
+    monkeypatch.setattr(slurm, "OUTER_SLURM_CONF", str(slurm_cluster))  # the local one here
     for name, value in {"SLURM_CPUS_PER_TASK": "16", "SRUN_CPUS_PER_TASK": "16",
                         "SBATCH_PARTITION": "nowhere"}.items():
         monkeypatch.setenv(name, value)  # which would reach the job, and its sruns

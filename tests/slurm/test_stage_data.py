@@ -17,7 +17,7 @@ from harness.outputs import check_output
 from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
 from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
-from tests.slurm.test_train_shards import SHARDS, assert_trained, make_shards, reads
+from tests.slurm.shards import SHARDS, assert_trained, make_shards, reads
 
 SCRIPT = "slurm/stage_data.sbatch"
 

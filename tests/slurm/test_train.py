@@ -1,7 +1,7 @@
 """snippets/slurm/train.py, which every training job of docs/slurm runs.
 
 The jobs themselves are the tests of the job scripts; here, which variables it reads
-its rank from in each way of starting it inside a job (tests/slurm/started_by.py), and
+its rank from in each way of starting it inside a job (harness/slurm_env.py), and
 the promise of docs/slurm/preemption.md that a process killed while it writes a
 checkpoint leaves the previous checkpoint whole, and that a checkpoint of another model
 (another job's, in the same folder) stops the training with one line that says what to
@@ -15,8 +15,10 @@ import torch
 
 from harness.launch import run, snippet
 from harness.outputs import BARRIER_WARNING
+from harness.slurm_env import SRUN_OR_TORCHRUN
+from tests.compare import load
 from tests.slurm.jobs import backend
-from tests.slurm.started_by import SRUN_OR_TORCHRUN, assert_reads_its_launcher
+from tests.slurm.started_by import assert_reads_its_launcher
 
 HELPER = Path(__file__).with_name("kill_during_save.py")
 
@@ -26,10 +28,10 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint_intact(tmp_path):
                  check=False)
     assert result.returncode == -9, result.report()  # SIGKILL
     assert result.stdout == "saved step 1\nwrote half of checkpoint.pt.tmp, killed\n"
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    state = load(tmp_path / "checkpoint.pt")
     assert state["step"] == 1
     with pytest.raises(Exception):  # what saving in place would have left behind
-        torch.load(tmp_path / "checkpoint.pt.tmp", weights_only=True)
+        load(tmp_path / "checkpoint.pt.tmp")
 
 
 @pytest.mark.parametrize("started_by", SRUN_OR_TORCHRUN)
@@ -53,7 +55,7 @@ def refuse_another_models_checkpoint(folder):
         "not train.py's model (features 20, hidden 32, classes 4): give this job its own "
         "--checkpoint file, or delete checkpoint.pt to start afresh"]
     assert "size mismatch" not in other.text and " loss " not in other.text
-    state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=True)
+    state = load(folder / "checkpoint.pt")
     assert state["config"]["hidden"] == 16
     return first, other
 

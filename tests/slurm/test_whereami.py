@@ -9,9 +9,10 @@ many nodes as that job has (1 or 2).
 import pytest
 
 from harness.launch import run
+from harness.slurm_env import SRUN_OR_TORCHRUN, STARTED_BY
 from tests.slurm.jobs import whereami
 from tests.slurm.real_cluster import TIMEOUT, job_folder, on_the_gpu_cluster, real_cluster
-from tests.slurm.started_by import STARTED_BY, SRUN_OR_TORCHRUN, assert_stopped_with_one_line
+from tests.slurm.started_by import assert_stopped_with_one_line
 
 
 def assert_two_tasks_per_node_with_two_gpus(result, nodes: int) -> list[str]:
@@ -35,7 +36,7 @@ def test_srun_on_a_login_node_starts_every_task_where_slurm_says():
 
 @pytest.mark.parametrize("started_by", SRUN_OR_TORCHRUN)
 def test_it_reports_the_rank_of_srun_or_torchrun_and_stops_in_the_job_script(started_by):
-    """In each way of starting it inside a job (tests/slurm/started_by.py): Slurm's
+    """In each way of starting it inside a job (harness/slurm_env.py): Slurm's
     variables only in a task of srun, as the job script has SLURM_PROCID=0 too."""
     expected = STARTED_BY[started_by][1]
     result = run("slurm/whereami.py", launcher="started-by", started_by=started_by,

@@ -123,7 +123,7 @@ def on_the_local_cluster() -> Stuck:
     return hang_and_dump(submit, Path(tempfile.mkdtemp(prefix="hang-")), 2 * GPUS)
 
 
-@functools.cache
+@shared
 def on_a_gpu_cluster(cluster: RealCluster) -> Stuck:
     """The job on the GPU cluster the tests run in: its nodes, one task per GPU, each
     writing NCCL's log."""

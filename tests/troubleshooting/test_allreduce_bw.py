@@ -52,7 +52,7 @@ def assert_bus_bandwidth(table: dict, mib=MIB):
 
 def test_in_the_job_script_without_srun_it_stops_at_once_with_one_line():
     """The job script has SLURM_PROCID=0 and SLURM_NTASKS too, but no job step
-    (tests/slurm/started_by.py): the script does not wait there for ranks that never come."""
+    (harness/slurm_env.py): the script does not wait there for ranks that never come."""
     assert_stopped_with_one_line(run(SCRIPT, launcher="started-by", world_size=0,
                                      check=False, timeout=60))
 

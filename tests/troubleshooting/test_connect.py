@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from harness.launch import run
+from harness.launch import run, shared
 from harness.outputs import check_output
 from tests.troubleshooting.common import check_errors, error_lines, run_together
 
@@ -12,6 +12,7 @@ SNIPPET = "troubleshooting/connect.py"
 
 
 @pytest.fixture(scope="module")
+@shared
 def runs():
     with socket.socket() as busy:  # another program listening on the port
         busy.bind(("127.0.0.1", 0))

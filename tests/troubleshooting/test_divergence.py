@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from harness.launch import shared
 from harness.outputs import check_output
 from tests.on_gpus import NcclLogs
 from tests.troubleshooting.common import run_together
@@ -12,6 +13,7 @@ SNIPPET = "troubleshooting/divergence.py"
 
 
 @pytest.fixture(scope="module")
+@shared
 def runs():
     common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=90)
     return run_together(right=common, bug=dict(common, args=["--bug"]))

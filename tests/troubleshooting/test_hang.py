@@ -39,7 +39,7 @@ def assert_hung_until_cancelled(stuck, world_size: int, steps: int = 5):
 
 def test_in_the_job_script_without_srun_it_stops_at_once_with_one_line():
     """The job script has SLURM_PROCID=0 and SLURM_NTASKS too, but no job step
-    (tests/slurm/started_by.py): hang.py does not wait there for ranks that never come."""
+    (harness/slurm_env.py): hang.py does not wait there for ranks that never come."""
     assert_stopped_with_one_line(run(SCRIPT, launcher="started-by", world_size=0,
                                      check=False, timeout=60))
 

@@ -4,13 +4,16 @@ import os
 import pickle
 import re
 import runpy
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 from harness import torch_versions
-from harness.launch import run, snippet
+from harness.launch import run, shared, snippet
 from harness.outputs import BARRIER_WARNING, check_output
+from tests.compare import load
 from tests.on_gpus import NcclLogs
 from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
 
@@ -19,11 +22,12 @@ TIMEOUT = 5  # seconds, as the page's command says
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+@shared
+def runs():
     common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=90, check=False)
     return run_together(
         bug=dict(common, args=["--timeout", str(TIMEOUT)]),
-        fix=dict(common, args=["--fix"], workdir=tmp_path_factory.mktemp("fix")),
+        fix=dict(common, args=["--fix"], workdir=Path(tempfile.mkdtemp(prefix="fix-"))),
         detail=dict(common, args=["--fix"], env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
     )
 
@@ -51,7 +55,7 @@ def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(
     code = runpy.run_path(str(snippet(SNIPPET)))
     x, y = code["make_data"](64, seed=2).tensors
     model = torch.nn.Linear(8, 1)
-    model.load_state_dict(torch.load(result.workdir / "checkpoint.pt", weights_only=True))
+    model.load_state_dict(load(result.workdir / "checkpoint.pt"))
     with torch.no_grad():
         whole = torch.nn.functional.mse_loss(model(x), y).item()
     assert printed[-1] == pytest.approx(whole, abs=5e-5)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from harness.launch import shared
 from harness.outputs import check_output
 from tests.troubleshooting.common import (bug_and_fix, bug_and_fix_on_gpus, check_failed_by_itself,
                                           check_gloo_hang)
@@ -10,6 +11,7 @@ SNIPPET = "troubleshooting/uneven.py"
 
 
 @pytest.fixture(scope="module")
+@shared
 def runs():
     return bug_and_fix(SNIPPET)
 
