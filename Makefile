@@ -29,6 +29,7 @@ help:
 	@echo "make test       run every test this machine can run"
 	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation); report in gpu-report/"
+	@echo "                (PYTHON=python3: in that Python as it is, installing nothing)"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
 	@echo "make spelling   spell-check the pages (en_GB)"
 	@echo "make linkcheck  check internal links"
@@ -83,9 +84,19 @@ releases: $(STAMP)
 	$(BIN)/pytest -m "not extras" --record-releases $(PARALLEL) $(PYTEST_ARGS)
 
 # The report of the run (harness/gpu_report.py): GPU_REPORT/report.md and report.json.
+# With PYTHON given (make test-gpu PYTHON=python3), in that Python as it is (a centre's
+# PyTorch module or container), installing nothing: a test whose package is missing
+# there is skipped with the reason. Without it, in .venv.
 GPU_REPORT ?= gpu-report
-test-gpu: $(STAMP)
-	$(BIN)/pytest -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
+ifeq ($(origin PYTHON),command line)
+GPU_PYTEST := $(PYTHON) -m pytest
+GPU_NEEDS :=
+else
+GPU_PYTEST := $(BIN)/pytest
+GPU_NEEDS := $(STAMP)
+endif
+test-gpu: $(GPU_NEEDS)
+	PYTHONUNBUFFERED=1 $(GPU_PYTEST) -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
 
 test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)

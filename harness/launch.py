@@ -251,10 +251,16 @@ def _python(l: Launch) -> list[Proc]:
                  {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(l.port)})]
 
 
+#: torchrun beside this Python (a virtual environment's, a module's), else the same program
+#: through this Python: a centre's container need not put the script next to it.
+TORCHRUN = ([str(BIN / "torchrun")] if (BIN / "torchrun").is_file()
+            else [sys.executable, "-m", "torch.distributed.run"])
+
+
 @launcher("torchrun")
 def _torchrun(l: Launch) -> list[Proc]:
     """``torchrun --standalone --nproc_per_node=N script.py`` on one node."""
-    return [Proc("torchrun", [str(BIN / "torchrun"), "--standalone",
+    return [Proc("torchrun", [*TORCHRUN, "--standalone",
                               f"--nproc_per_node={l.nproc}", str(l.script), *l.args])]
 
 
@@ -268,7 +274,7 @@ def _torchrun_static(l: Launch) -> list[Proc]:
     address = l.options.get("master_addr", "127.0.0.1")
     port = l.options.get("master_port", l.port)
     return [
-        Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}", f"--node_rank={i}",
+        Proc(f"node{i}", [*TORCHRUN, f"--nnodes={l.nnodes}", f"--node_rank={i}",
                           f"--nproc_per_node={l.nproc}", f"--master_addr={address}",
                           f"--master_port={port}", str(l.script), *l.args])
         for i in range(l.nnodes)
@@ -279,7 +285,7 @@ def _torchrun_static(l: Launch) -> list[Proc]:
 def _torchrun_c10d(l: Launch) -> list[Proc]:
     """One torchrun agent per node meeting at a c10d rendezvous endpoint."""
     return [
-        Proc(f"node{i}", [str(BIN / "torchrun"), f"--nnodes={l.nnodes}",
+        Proc(f"node{i}", [*TORCHRUN, f"--nnodes={l.nnodes}",
                           f"--nproc_per_node={l.nproc}", "--rdzv_backend=c10d",
                           f"--rdzv_endpoint=127.0.0.1:{l.port}", f"--rdzv_id={l.port}",
                           str(l.script), *l.args])
@@ -293,7 +299,7 @@ def _with_restarts(base: str) -> Callable[[Launch], list[Proc]]:
     def build(l: Launch) -> list[Proc]:
         procs = LAUNCHERS[base](l)
         for proc in procs:
-            proc.argv.insert(1, f"--max-restarts={l.options['max_restarts']}")
+            proc.argv.insert(len(TORCHRUN), f"--max-restarts={l.options['max_restarts']}")
         return procs
 
     return build

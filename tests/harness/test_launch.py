@@ -1,11 +1,15 @@
 """The harness catches what a test must never let through."""
 
+import os
+import subprocess
+import sys
+import sysconfig
 import time
 from pathlib import Path
 
 import pytest
 
-from harness.launch import (BIN, EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids,
+from harness.launch import (BIN, ROOT, EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids,
                             without_gloo_notes)
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -89,3 +93,24 @@ def test_gloo_notes_of_some_releases_are_not_part_of_the_output(printed):
 def test_output_without_gloo_notes_is_left_as_it_is():
     printed = "rank 0 is connected to rank 1\n7\n"
     assert without_gloo_notes(printed) == printed
+
+
+def test_torchrun_runs_through_the_python_where_no_torchrun_sits_beside_it(tmp_path):
+    """A centre's Python (a container's, say) need not have the torchrun script beside it:
+    the harness then starts torch.distributed.run with that Python, and the run works."""
+    site = sysconfig.get_paths()["purelib"]  # this environment's packages, torch among them
+    base = subprocess.run([sys.executable, "-c", "import sys; print(sys._base_executable)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    script = tmp_path / "ranks.py"
+    script.write_text("import time\nimport torch.distributed as dist\n"
+                      "dist.init_process_group('gloo')\n"
+                      "print('rank', dist.get_rank(), 'of', dist.get_world_size())\n"
+                      "dist.destroy_process_group()\ntime.sleep(0.1)\n")
+    code = ("import sys; from harness.launch import TORCHRUN, run; print(TORCHRUN[1:]); "
+            f"print(run({str(script)!r}, launcher='torchrun', nproc=2).stdout)")
+    done = subprocess.run([base, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{site}"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("['-m', 'torch.distributed.run']\n"), done.stdout
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank")) == [
+        "rank 0 of 2", "rank 1 of 2"]
