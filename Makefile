@@ -95,8 +95,9 @@ else
 GPU_PYTEST := $(BIN)/pytest
 GPU_NEEDS := $(STAMP)
 endif
+test-gpu: export PYTHONUNBUFFERED = 1
 test-gpu: $(GPU_NEEDS)
-	PYTHONUNBUFFERED=1 $(GPU_PYTEST) -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
+	$(GPU_PYTEST) -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
 
 test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)
