@@ -12,6 +12,7 @@ link to the glossary, the words unchanged (review the result: a use in another s
 such as a compiler's "backend", is better reworded).
 """
 
+import functools
 import math
 import re
 import sys
@@ -188,6 +189,7 @@ def glossary_terms(glossary: str) -> list[str]:
     return found
 
 
+@functools.cache
 def _pattern(term: str) -> re.Pattern:
     words_ = r"[\s-]+".join(re.escape(w) for w in term.split())
     flags = 0 if term != term.lower() else re.IGNORECASE  # NCCL, DDP, DTensor as written
@@ -215,12 +217,11 @@ def unlinked_terms(markdown: str, terms: list[str]) -> list[tuple[str, int]]:
     masked = re.sub(r"\]\([^)]*\)", lambda m: " " * len(m[0]), masked)  # link targets
     found = []
     for term in sorted(terms, key=len, reverse=True):  # "local rank" before "rank"
-        first_use = None
-        for match in _pattern(term).finditer(masked):
-            first_use = first_use if first_use is not None else match.start()
+        match = _pattern(term).search(masked)
         masked = _pattern(term).sub(lambda m: " " * len(m[0]), masked)
-        if first_use is None:
+        if match is None:
             continue
+        first_use = match.start()
         first_link = linked.get(term.lower())
         if first_link is None or first_use < first_link:
             line = next((number for end, number in lines if first_use < end), 0)
