@@ -48,6 +48,13 @@ def test_snippet_lines_fit_the_page():
 NO_GPU_TEST = {"slurm/gpu_tests.sbatch": "it is the job that runs the GPU tests"}
 
 
+def runs_on_gpus(marks) -> bool:
+    """Marked multigpu, or parametrised with a case that is (tests.devices.on_each_device)."""
+    return any(m.name == "multigpu" or m.name == "parametrize" and any(
+        mark.name == "multigpu" for case in m.args[1] for mark in getattr(case, "marks", ()))
+        for m in marks)
+
+
 def multigpu_tests(test: Path) -> list[set[str]]:
     """For each multigpu test of the file: the strings it names, directly or through a
     module constant."""
@@ -59,7 +66,7 @@ def multigpu_tests(test: Path) -> list[set[str]]:
     tests = []
     for node in tree.body:
         marks = getattr(getattr(module, getattr(node, "name", ""), None), "pytestmark", [])
-        if isinstance(node, ast.FunctionDef) and any(m.name == "multigpu" for m in marks):
+        if isinstance(node, ast.FunctionDef) and runs_on_gpus(marks):
             tests.append({inner.value if isinstance(inner, ast.Constant) else constants[inner.id]
                           for inner in ast.walk(node)
                           if isinstance(inner, ast.Constant) and isinstance(inner.value, str)

@@ -2,12 +2,11 @@
 
 import runpy
 
-import pytest
 import torch
 
 from harness.launch import own_gpus, run, snippet
-from harness.outputs import check_output
 from tests.compare import assert_same_state, load
+from tests.devices import on_each_device
 
 SNIPPET = "basics/dataparallel.py"
 
@@ -34,18 +33,15 @@ def assert_checkpoint_matches(path, device, atol):
     assert_same_state(state, {key: value.cpu() for key, value in expected.items()}, atol)
 
 
-def test_on_cpu_dataparallel_calls_the_model_unchanged(tmp_path):
-    result = run(SNIPPET, workdir=tmp_path)
-    check_output(result)
-    assert "GPUs used: 0" in result.stdout
-    assert "256 rows on cpu" in result.stdout
-    assert_checkpoint_matches(tmp_path / "dataparallel.pt", "cpu", atol=0)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_the_batch_is_split_and_results_match_one_gpu(tmp_path):
-    result = run(SNIPPET, workdir=tmp_path, env={"CUDA_VISIBLE_DEVICES": own_gpus(2)})
-    assert "GPUs used: 2" in result.stdout
-    assert "parameters live on: cuda:0" in result.stdout
-    assert "128 rows on cuda:0, 128 rows on cuda:1" in result.stdout
-    assert_checkpoint_matches(tmp_path / "dataparallel.pt", "cuda:0", atol=1e-5)
+@on_each_device(gpus=2)
+def test_on_cpu_dataparallel_calls_the_model_unchanged(tmp_path, device):
+    """On two GPUs the batch is split, and the results match one GPU's within 1e-5."""
+    env = {"CUDA_VISIBLE_DEVICES": own_gpus(2)} if device.gpus else None
+    result = run(SNIPPET, workdir=tmp_path, env=env)
+    device.check_output(result)
+    assert f"GPUs used: {device.gpus}" in result.stdout
+    if device.gpus:
+        assert "parameters live on: cuda:0" in result.stdout
+    assert device.pick("256 rows on cpu", "128 rows on cuda:0, 128 rows on cuda:1") in result.stdout
+    assert_checkpoint_matches(tmp_path / "dataparallel.pt", device.pick("cpu", "cuda:0"),
+                              atol=device.pick(0, 1e-5))

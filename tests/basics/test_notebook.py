@@ -16,6 +16,7 @@ import pytest
 
 from harness.launch import ROOT, run, snippet
 from harness.outputs import check_text
+from tests.devices import on_each_device
 
 NOTEBOOK = "basics/notebook.ipynb"
 RUNNER = ROOT / "tests" / "basics" / "run_notebook.py"
@@ -65,25 +66,23 @@ def assert_the_three_ways(cells: dict[int, str], ranks: int, where: str) -> None
                      cells[6], re.M), cells[6]
 
 
+@on_each_device(gpus=2)
 @pytest.mark.timeout(900)  # the notebook's run and a one-process run, on a busy machine
-def test_torchrun_and_an_imported_worker_work_a_worker_defined_in_the_notebook_fails():
+def test_torchrun_and_an_imported_worker_work_a_worker_defined_in_the_notebook_fails(device):
+    """On GPUs each way uses every GPU, and nvidia-smi -L lists them."""
     result, cells = execute()
     assert sorted(cells) == [1, 2, 3, 4, 5, 6], result.stdout
-    assert_the_three_ways(cells, 2, "gloo on cpu")
-    check_text(page_text(cells), NOTEBOOK)
+    if device.gpus:
+        import torch
 
-    # Both ways match the same training in one process, on all the samples at once.
-    alone = run(result.workdir / "ddp_worker.py", launcher="torchrun", nproc=1)
-    one = training(alone.stdout)
-    assert one[0] == 1
-    assert one[2:][1][0] == pytest.approx(training(cells[4])[3][0], rel=1e-5)
+        assert_the_three_ways(cells, torch.cuda.device_count(), "nccl on cuda")
+        assert "GPU 0:" in cells[1]  # nvidia-smi -L lists the GPUs
+    else:
+        assert_the_three_ways(cells, 2, "gloo on cpu")
+        check_text(page_text(cells), NOTEBOOK)
 
-
-@pytest.mark.multigpu(2)
-@pytest.mark.timeout(900)
-def test_on_gpus_each_way_uses_every_gpu():
-    import torch
-
-    _, cells = execute()
-    assert_the_three_ways(cells, torch.cuda.device_count(), "nccl on cuda")
-    assert "GPU 0:" in cells[1]  # nvidia-smi -L lists the GPUs
+        # Both ways match the same training in one process, on all the samples at once.
+        alone = run(result.workdir / "ddp_worker.py", launcher="torchrun", nproc=1)
+        one = training(alone.stdout)
+        assert one[0] == 1
+        assert one[2:][1][0] == pytest.approx(training(cells[4])[3][0], rel=1e-5)

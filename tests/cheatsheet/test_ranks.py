@@ -2,10 +2,8 @@
 
 import re
 
-import pytest
-
 from harness.launch import run
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 
 SNIPPET = "cheatsheet/ranks.py"
 
@@ -20,12 +18,8 @@ def assert_every_rank_spoke(result, world_size: int) -> None:
     assert sorted(warned) == [str(r) for r in range(world_size)]
 
 
-def test_every_process_prints_its_rank_on_stdout_and_stderr():
-    assert_every_rank_spoke(run(SNIPPET, launcher="torchrun", nproc=2), 2)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus():
-    logs = NcclLogs()
-    assert_every_rank_spoke(run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env), 2)
-    logs.assert_nccl_ran(2)  # its barrier, over NCCL
+@on_each_device(gpus=2)
+def test_every_process_prints_its_rank_on_stdout_and_stderr(device):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, env=device.env())
+    assert_every_rank_spoke(result, 2)
+    device.assert_ran(2, result=result)  # its barrier, over NCCL

@@ -7,12 +7,9 @@ in the terminal, each prefixed with its rank.
 
 import re
 
-import pytest
-
 from harness.launch import run
-from harness.outputs import check_output
 from tests.cheatsheet.log_files import assert_log_files
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 
 SNIPPET = "cheatsheet/torchrun_logs.sh"
 
@@ -26,16 +23,10 @@ def assert_each_rank_has_its_own_logs(result) -> None:
     assert terminal_out.endswith("rank 1 of 2 (local rank 1): training\n")  # the cat
 
 
-def test_one_log_file_per_rank_and_only_rank_0_in_the_terminal():
-    result = run(SNIPPET, launcher="bash", files=("cheatsheet/ranks.py",), world_size=2)
-    check_output(result)
-    assert_each_rank_has_its_own_logs(result)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus():
-    logs = NcclLogs()
+@on_each_device(gpus=2)
+def test_one_log_file_per_rank_and_only_rank_0_in_the_terminal(device):
     result = run(SNIPPET, launcher="bash", files=("cheatsheet/ranks.py",), world_size=2,
-                 env=logs.env)
+                 env=device.env())
+    device.check_output(result)
     assert_each_rank_has_its_own_logs(result)
-    logs.assert_nccl_ran(2)  # ranks.py's barrier, over NCCL
+    device.assert_ran(2, result=result)  # ranks.py's barrier, over NCCL

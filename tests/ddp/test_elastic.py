@@ -12,9 +12,8 @@ import runpy
 import pytest
 
 from harness.launch import run, shared, snippet
-from harness.outputs import check_output
 from tests.compare import assert_same_state, load
-from tests.on_gpus import NcclLogs
+from tests.devices import CPU, on_each_device
 
 SNIPPET = "ddp/elastic.py"
 ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -45,26 +44,37 @@ def assert_same_training(result, reference):
         assert_same_state(state[part], expected[part], atol=0, what=f"{part} ")
 
 
-@pytest.fixture(scope="module")
 @shared
-def uninterrupted():
-    """The page's several-nodes command without the crash: two agents of one rank each."""
-    return elastic(nnodes=2)
+def reference(device):
+    """On the CPU the page's several-nodes command without the crash: two agents of one
+    rank each; on GPUs, the one-node command without the crash (2 ranks, one per GPU)."""
+    return elastic(nnodes=device.pick(2, 1))
 
 
-def test_on_two_nodes_without_failure_it_trains_from_scratch(uninterrupted):
+def test_on_two_nodes_without_failure_it_trains_from_scratch():
+    uninterrupted = reference(CPU)
     assert "restart count 0: from scratch" in uninterrupted.stdout  # node 0 holds rank 0
     assert "resuming" not in uninterrupted.text
     assert final_state(uninterrupted)["step"] == 40
 
 
-def test_after_a_crash_all_workers_restart_and_resume_bit_identically(uninterrupted):
-    result = crash_and_resume()
-    check_output(result)
-    assert "RuntimeError: simulated crash of rank 1 at step 25" in result.text
-    assert "failed (exitcode: 1) local_rank: 1" in result.text  # torchrun's report
+@on_each_device(gpus=2)
+def test_after_a_crash_all_workers_restart_and_resume_bit_identically(device):
+    """On GPUs the resumed run matches too, within 1e-6, its state loaded where it was
+    saved, on the GPUs."""
+    result = crash_and_resume(env=device.env())
+    device.check_output(result)
+    if not device.gpus:
+        assert "RuntimeError: simulated crash of rank 1 at step 25" in result.text
+        assert "failed (exitcode: 1) local_rank: 1" in result.text  # torchrun's report
     assert "restart count 1: " + RESUMED in result.stdout
-    assert_same_training(result, uninterrupted)
+    device.assert_ran(4, result=result)  # both ranks of the first start, and of the restart
+    if device.gpus:
+        state, expected = final_state(result), final_state(reference(device))
+        assert all(value.is_cuda for value in state["model"].values())  # loaded where saved
+        assert_same_state(state["model"], expected["model"], atol=1e-6)
+    else:
+        assert_same_training(result, reference(device))
 
 
 def test_refuses_restarts_that_would_share_the_store(monkeypatch):
@@ -78,15 +88,3 @@ def test_refuses_restarts_that_would_share_the_store(monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
     check()
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_the_resumed_run_matches_too():
-    reference = elastic()
-    logs = NcclLogs()
-    result = crash_and_resume(env=logs.env)
-    assert "restart count 1: " + RESUMED in result.stdout
-    logs.assert_nccl_ran(4)  # both ranks of the first start, and of the restart
-    state, expected = final_state(result), final_state(reference)
-    assert all(value.is_cuda for value in state["model"].values())  # loaded where saved
-    assert_same_state(state["model"], expected["model"], atol=1e-6)

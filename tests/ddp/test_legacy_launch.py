@@ -2,11 +2,10 @@
 
 import re
 
-import pytest
-
-from harness.launch import run
+from harness.launch import DEFAULT_TIMEOUT, run
 from harness.outputs import check_output, check_text
 from tests.ddp.train_runs import stderr_lines
+from tests.devices import on_each_device
 
 SNIPPET = "ddp/legacy_launch.py"
 
@@ -27,14 +26,14 @@ def test_torch_distributed_launch_still_exists_and_passes_an_argument_the_script
     check_text(f"FutureWarning: {warning}\n\n{usage[0]}\n{errors[0]}\n", SNIPPET, "launch")
 
 
-def test_under_torchrun_every_process_thinks_it_is_local_rank_0():
-    result = run(SNIPPET, launcher="torchrun", nproc=2)
-    check_output(result, "torchrun")
-    assert "the processes think their local ranks are [0, 0]" in result.stdout
-
-
-@pytest.mark.multigpu(2)
-def test_under_torchrun_on_gpus_both_processes_take_the_first_gpu_and_nccl_refuses():
-    result = run(SNIPPET, launcher="torchrun", nproc=2, check=False, timeout=120)
-    assert result.returncode != 0
-    assert "Duplicate GPU detected" in result.text
+@on_each_device(gpus=2)
+def test_under_torchrun_every_process_thinks_it_is_local_rank_0(device):
+    """On the CPU both processes say so; on GPUs both take the first GPU, and NCCL refuses."""
+    result = run(SNIPPET, launcher="torchrun", nproc=2, check=not device.gpus,
+                 timeout=device.pick(DEFAULT_TIMEOUT, 120))
+    if device.gpus:
+        assert result.returncode != 0
+        assert "Duplicate GPU detected" in result.text
+    else:
+        check_output(result, "torchrun")
+        assert "the processes think their local ranks are [0, 0]" in result.stdout

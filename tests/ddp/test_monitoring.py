@@ -4,7 +4,7 @@ import pytest
 
 from harness.launch import run, shared
 from harness.outputs import check_output
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 
 SNIPPET = "ddp/monitoring.py"
 
@@ -27,10 +27,11 @@ def assert_one_row_per_rank(rows, devices=("cpu", "cpu")):
         assert alone > 0 and training > 0 and memory > 0
 
 
-@pytest.fixture(scope="module")
 @shared
-def normal():
-    return monitor()
+def normal(device):
+    result, rows = monitor(env=device.env())
+    device.assert_ran(2, result=result)
+    return result, rows
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +40,17 @@ def slow():
     return monitor("--slow-rank", "1")
 
 
-def test_every_rank_reports_its_speed_and_memory(normal):
-    result, rows = normal
-    check_output(result)
-    assert_one_row_per_rank(rows)
-    assert "no rank is much slower than the others" in result.stdout
+@on_each_device(gpus=2)
+def test_every_rank_reports_its_speed_and_memory(device):
+    """On GPUs memory is measured per device: torch.cuda.max_memory_allocated(), not the
+    process's size."""
+    result, rows = normal(device)
+    device.check_output(result)
+    assert_one_row_per_rank(rows, devices=device.pick(("cpu", "cpu"), ("cuda:0", "cuda:1")))
+    if device.gpus:
+        assert "torch.cuda.max_memory_allocated()" in result.stdout  # not the process's size
+    else:
+        assert "no rank is much slower than the others" in result.stdout
 
 
 def test_a_slow_rank_is_flagged_and_slows_everybody_in_training(slow):
@@ -57,12 +64,3 @@ def test_a_slow_rank_is_flagged_and_slows_everybody_in_training(slow):
     # In training rank 0 waits for rank 1 at every step: no faster than rank 1 on its own.
     assert training0 == pytest.approx(training1, rel=0.2)
     assert training0 < 1.2 * alone1
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_memory_is_measured_per_device():
-    logs = NcclLogs()
-    result, rows = monitor(env=logs.env)
-    assert_one_row_per_rank(rows, devices=("cuda:0", "cuda:1"))
-    assert "torch.cuda.max_memory_allocated()" in result.stdout  # not the process's size
-    logs.assert_nccl_ran(2)

@@ -2,10 +2,9 @@
 
 import re
 
-import pytest
-
 from harness.launch import run
 from harness.outputs import check_output
+from tests.devices import on_each_device
 from tests.on_gpus import assert_saw_gpus, run_seeing_gpus
 
 SNIPPET = "ddp/set_epoch.py"
@@ -17,9 +16,14 @@ def shares(section: str) -> list[tuple[list[int], list[int]]]:
             for m in re.finditer(r"rank 0 gets \[(.*?)\]\s+rank 1 gets \[(.*?)\]", section)]
 
 
-def test_without_set_epoch_every_epoch_repeats_the_first_shuffle():
-    result = run(SNIPPET)
-    check_output(result)
+@on_each_device(gpus=1)
+def test_without_set_epoch_every_epoch_repeats_the_first_shuffle(device):
+    """The sampler never touches a GPU: on a GPU node the shares are the same, the output
+    the page shows; the run's process saw the GPUs, which changed nothing."""
+    result = run_seeing_gpus(SNIPPET) if device.gpus else run(SNIPPET)
+    check_output(result)  # on GPUs too: the indices do not depend on the machine
+    if device.gpus:
+        assert_saw_gpus(result, 1)  # the GPUs were there, and changed nothing
     without, with_set_epoch = result.stdout.split("with sampler.set_epoch(epoch):")
     for epochs in (shares(without), shares(with_set_epoch)):
         assert len(epochs) == 3
@@ -28,11 +32,3 @@ def test_without_set_epoch_every_epoch_repeats_the_first_shuffle():
     assert all(epoch == shares(without)[0] for epoch in shares(without))
     assert len({tuple(rank0) for rank0, _ in shares(with_set_epoch)}) == 3
     assert shares(with_set_epoch)[0] == shares(without)[0]  # epoch 0 is the same either way
-
-
-@pytest.mark.multigpu(1)
-def test_on_a_gpu_node_the_shares_are_the_same():
-    """The sampler never touches a GPU: the indices do not depend on the machine."""
-    result = run_seeing_gpus(SNIPPET)
-    check_output(result)
-    assert_saw_gpus(result, 1)  # the GPUs were there, and changed nothing

@@ -2,11 +2,8 @@
 
 import os
 
-import pytest
-
 from harness.launch import own_gpus, run
-from harness.outputs import check_output
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 
 SNIPPET = "ddp/topology.py"
 COLUMNS = ["rank", "host", "local", "device", "gpu", "bus_id", "visible", "cpus"]
@@ -29,26 +26,25 @@ def topology(**env):
     return run(SNIPPET, launcher="torchrun", nproc=2, env=env, timeout=120)
 
 
-def test_on_cpu_every_rank_reports_its_place():
-    result = topology()
-    check_output(result)
+@on_each_device(gpus=2)
+def test_on_cpu_every_rank_reports_its_place(device):
+    """On GPUs each rank drives its own GPU (all_gather_object over NCCL), and
+    CUDA_VISIBLE_DEVICES renumbers them."""
+    result = topology(**device.env())
+    device.check_output(result)
     rows = table(result.stdout)
     assert [(r["rank"], r["host"], r["local"], r["device"]) for r in rows] == [
-        ("0", "0", "0", "cpu"), ("1", "0", "1", "cpu")]
-    assert all(r["gpu"] == "-" and r["bus_id"] == "-" and r["visible"] == "(unset)" for r in rows)
-    allowed = len(os.sched_getaffinity(0))
-    assert all(r["cpus"] == f"{allowed} of {os.cpu_count()}" for r in rows)
-
-
-@pytest.mark.multigpu(2)
-def test_each_rank_drives_its_own_gpu_and_cuda_visible_devices_renumbers_them():
-    logs = NcclLogs()
-    plain = table(topology(**logs.env).stdout)
-    assert [r["device"] for r in plain] == ["cuda:0", "cuda:1"]
-    logs.assert_nccl_ran(2)  # all_gather_object over NCCL
-    assert plain[0]["bus_id"] != plain[1]["bus_id"]
-    # Reverse the visible GPUs: each rank still uses its cuda:<local rank>, now the other card.
-    visible = own_gpus(2).split(",")
-    swapped = table(topology(CUDA_VISIBLE_DEVICES=",".join(reversed(visible))).stdout)
-    assert [r["device"] for r in swapped] == ["cuda:0", "cuda:1"]
-    assert [r["bus_id"] for r in swapped] == [plain[1]["bus_id"], plain[0]["bus_id"]]
+        ("0", "0", "0", device.pick("cpu", "cuda:0")), ("1", "0", "1", device.pick("cpu", "cuda:1"))]
+    if device.gpus:
+        device.assert_ran(2, result=result)  # all_gather_object over NCCL
+        assert rows[0]["bus_id"] != rows[1]["bus_id"]
+        # Reverse the visible GPUs: each rank still uses its cuda:<local rank>, now the other card.
+        visible = own_gpus(2).split(",")
+        swapped = table(topology(CUDA_VISIBLE_DEVICES=",".join(reversed(visible))).stdout)
+        assert [r["device"] for r in swapped] == ["cuda:0", "cuda:1"]
+        assert [r["bus_id"] for r in swapped] == [rows[1]["bus_id"], rows[0]["bus_id"]]
+    else:
+        assert all(r["gpu"] == "-" and r["bus_id"] == "-" and r["visible"] == "(unset)"
+                   for r in rows)
+        allowed = len(os.sched_getaffinity(0))
+        assert all(r["cpus"] == f"{allowed} of {os.cpu_count()}" for r in rows)

@@ -9,12 +9,21 @@ from harness.launch import run, snippet
 from harness.outputs import check_text
 from tests.compare import load
 from tests.ddp.train_runs import SNIPPET as DDP_SNIPPET, held_out_accuracy, losses
+from tests.devices import on_each_device
 
 SNIPPET = "ddp/train_single.py"
 
 
-def test_it_learns_and_saves_a_checkpoint_every_epoch(tmp_path):
+@on_each_device(gpus=1)
+def test_it_learns_and_saves_a_checkpoint_every_epoch(tmp_path, device):
+    """On one GPU it learns like on the CPU: the same losses within 1e-3."""
     result = run(SNIPPET, workdir=tmp_path)
+    if device.gpus:
+        assert result.stdout.startswith("training on cuda:")
+        cpu = run(SNIPPET, workdir=tmp_path / "cpu", env={"SNIPPET_HARNESS_DEVICE": "cpu"})
+        for (label, loss), (label1, loss1) in zip(losses(result.stdout), losses(cpu.stdout),
+                                                  strict=True):
+            assert label == label1 and loss == pytest.approx(loss1, abs=1e-3)
     epochs = [loss for label, loss in losses(result.stdout) if label.endswith("done")]
     accuracy = float(re.findall(r"accuracy ([\d.]+)% on 1024 samples", result.stdout)[-1])
     assert len(epochs) == 3 and epochs[0] > epochs[1] > epochs[2] and accuracy > 85
@@ -26,12 +35,3 @@ def test_the_page_shows_how_train_py_differs_from_it():
     old, new = (snippet(s).read_text().splitlines(keepends=True) for s in (SNIPPET, DDP_SNIPPET))
     diff = difflib.unified_diff(old, new, "train_single.py", "train.py", n=2)
     check_text("".join(diff), DDP_SNIPPET, "diff")
-
-
-@pytest.mark.multigpu(1)
-def test_on_one_gpu_it_learns_like_on_the_cpu(tmp_path):
-    result = run(SNIPPET, workdir=tmp_path)
-    assert result.stdout.startswith("training on cuda:")
-    cpu = run(SNIPPET, workdir=tmp_path / "cpu", env={"SNIPPET_HARNESS_DEVICE": "cpu"})
-    for (label, loss), (label1, loss1) in zip(losses(result.stdout), losses(cpu.stdout), strict=True):
-        assert label == label1 and loss == pytest.approx(loss1, abs=1e-3)

@@ -44,6 +44,18 @@ def torchrun(name, nproc, *args):
     return run(name, *args, launcher="torchrun", nproc=nproc, workdir=workdir())
 
 
+@shared
+def torchrun_on(device, name, nproc, *args):
+    """:func:`torchrun` on the device: on the CPU the same run; on GPUs over NCCL, in as
+    many processes (its logs show it)."""
+    if not device.gpus:
+        return torchrun(name, nproc, *args)
+    result = run(name, *args, launcher="torchrun", nproc=nproc, workdir=workdir(),
+                 env=device.env(name))
+    device.assert_ran(nproc, name, result)
+    return result
+
+
 def with_ds_configs(folder):
     """The folder, with the config files in it, as a reader has them beside the script."""
     for config in DS_CONFIGS:

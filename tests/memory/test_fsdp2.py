@@ -4,8 +4,9 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import BF16, check_output
+from tests.devices import on_each_device
 from tests.memory.runs import (FSDP2_RUNS as RUNS, GPU_ATOL, PARAMETERS, assert_same_weights,
-                               held_table, reference, saved, torchrun)
+                               held_table, reference, saved, torchrun, torchrun_on)
 from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/fsdp2.py"
@@ -18,17 +19,23 @@ def sharding_line(ranks, where="cpu"):
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_each_rank_holds_one_nth_and_training_matches_one_process(ranks):
-    result = torchrun(SNIPPET, ranks, *RUNS[ranks])
-    check_output(result, variant=None if ranks == 2 else "offload")
-    assert sharding_line(ranks) in result.stdout
+@on_each_device(gpus=2)
+def test_each_rank_holds_one_nth_and_training_matches_one_process(device, ranks):
+    if device.gpus and ranks != device.gpus:
+        pytest.skip(f"on GPUs the suite runs {device.gpus} ranks")
+    result = torchrun_on(device, SNIPPET, ranks, *RUNS[ranks])
+    device.check_output(result, variant=None if ranks == 2 else "offload")
+    # the shards on the device, or on the CPU when offloaded
+    where = "cpu" if "--offload" in RUNS[ranks] else device.type
+    assert sharding_line(ranks, where) in result.stdout
     rows = held_table(result.stdout)[""]
     assert len(rows) == ranks
     for params, grads, state in rows:
         assert params == pytest.approx(4 * PARAMETERS / ranks, rel=0.02)
         assert grads == pytest.approx(params, rel=1e-3)
         assert state == pytest.approx(2 * params, rel=0.01)  # Adam: two moments per element
-    assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET))
+    assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET),
+                        atol=device.pick(1e-5, GPU_ATOL))
 
 
 def test_bf16_compute_keeps_fp32_shards():
@@ -49,5 +56,4 @@ def test_on_two_gpus_offload_keeps_shards_on_the_cpu(tmp_path):
     assert sharding_line(2, "cpu") in result.stdout
     logs.assert_nccl_ran(2)  # the shards on the CPU, the maths on the GPUs
     assert_same_weights(saved(result, "fsdp2.pt"), reference(SNIPPET), atol=GPU_ATOL)
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
-    assert sharding_line(2, "cuda") in result.stdout
+    # without --offload, the shards on the GPUs: test_each_rank_holds_one_nth_...[2-gpus-2]

@@ -7,8 +7,8 @@ import pytest
 
 from harness.launch import run, shared
 from harness.outputs import check_output
+from tests.devices import on_each_device
 from tests.memory.runs import GPU_ATOL, assert_same_weights, reference, saved, workdir
-from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/fsdp2_meta.py"
 PARAMETERS = 531_521  # 16 blocks of width 64 and the head
@@ -21,11 +21,16 @@ def pretrained():
     return run(SNIPPET, "--pretrain", workdir=workdir())
 
 
-def sharded_run(ranks):
+def sharded_run(ranks, device):
+    """From the pretrained checkpoint (on GPUs, pretrained on the first GPU)."""
     folder = workdir()
     shutil.copy(pretrained().workdir / "pretrained.pt", folder)
     # a broadcast per tensor to load, a gather per tensor to compare: many collectives
-    return run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=folder, timeout=300)
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=folder, timeout=300,
+                 env=device.env())
+    # on GPUs, the GPU path, where the peaks come from the CUDA allocator
+    device.assert_ran(ranks, result=result)
+    return result
 
 
 def peaks(text):
@@ -44,34 +49,28 @@ def test_pretrained_checkpoint_is_one_process_training():
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_process(ranks):
-    result = sharded_run(ranks)
-    check_output(result, variant=None if ranks == 2 else "4ranks")
+@on_each_device(gpus=2)
+def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_process(device, ranks):
+    if device.gpus and ranks != device.gpus:
+        pytest.skip(f"on GPUs the suite runs {device.gpus} ranks")
+    result = sharded_run(ranks, device)
+    device.check_output(result, variant=None if ranks == 2 else "4ranks")
     shares = peaks(result.stdout)
     assert sorted(shares) == list(range(ranks))
-    whole = 16 * PARAMETERS
-    for share in shares.values():
-        assert share == pytest.approx(1 / ranks, rel=0.03)  # 1/N within a few per cent
-        # above 1/N: Adam's two temporaries for one shard of the largest weight (on the
-        # CPU, one tensor at a time), less than one full tensor from 4 ranks on; the
-        # share is printed to 1e-4, and a few bytes more are small tensors
-        assert 1 / ranks < share <= 1 / ranks + 2 * LARGEST / ranks / whole + 3e-4
+    if not device.gpus:
+        whole = 16 * PARAMETERS
+        for share in shares.values():
+            assert share == pytest.approx(1 / ranks, rel=0.03)  # 1/N within a few per cent
+            # above 1/N: Adam's two temporaries for one shard of the largest weight (on the
+            # CPU, one tensor at a time), less than one full tensor from 4 ranks on; the
+            # share is printed to 1e-4, and a few bytes more are small tensors
+            assert 1 / ranks < share <= 1 / ranks + 2 * LARGEST / ranks / whole + 3e-4
+    else:
+        # Adam's foreach step (its default on CUDA) computes a temporary for every shard at
+        # once: weights, gradients, two moments and that, 1.25/N; the allocator's rounding
+        # of each tensor up to 512 bytes adds about 0.011 here
+        assert all(1.25 / 2 <= share < 0.675 for share in shares.values()), shares
     assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
     # one epoch in one process, then one more sharded: two epochs in one process
-    assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2))
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_no_rank_holds_the_whole_model(tmp_path):
-    run(SNIPPET, "--pretrain", workdir=tmp_path)  # on the first GPU
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
-    logs.assert_nccl_ran(2)  # the GPU path, where the peaks come from the CUDA allocator
-    shares = peaks(result.stdout)
-    # Adam's foreach step (its default on CUDA) computes a temporary for every shard at
-    # once: weights, gradients, two moments and that, 1.25/N; the allocator's rounding
-    # of each tensor up to 512 bytes adds about 0.011 here
-    assert all(1.25 / 2 <= share < 0.675 for share in shares.values()), shares
-    assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
     assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2),
-                        atol=GPU_ATOL)
+                        atol=device.pick(1e-5, GPU_ATOL))

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from harness.launch import run, snippet_code
-from harness.outputs import check_output
-from tests.memory.runs import torchrun
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
+from tests.memory.runs import torchrun_on
 
 SNIPPET = "memory/fsdp2_tuning.py"
 WIDTH, DEPTH, BATCH = 64, 4, 64
@@ -64,22 +63,18 @@ def check_counts(result, ranks, rel=1e-5):
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_each_knob_changes_the_counts_the_page_computes(ranks):
-    result = torchrun(SNIPPET, ranks)
-    check_output(result, variant=None if ranks == 2 else "4ranks")
-    check_counts(result, ranks)
+@on_each_device(gpus=2)
+def test_each_knob_changes_the_counts_the_page_computes(device, ranks):
+    if device.gpus and ranks != device.gpus:
+        pytest.skip(f"on GPUs the suite runs {device.gpus} ranks")
+    # on GPUs: NCCL's all-gathers and reduce-scatters, counted as the page counts gloo's
+    result = torchrun_on(device, SNIPPET, ranks)
+    device.check_output(result, variant=None if ranks == 2 else "4ranks")
+    # the norm: on GPUs the same maths in other kernels
+    check_counts(result, ranks, rel=device.pick(1e-5, 1e-4))
 
 
 def test_one_process_stops_at_once_with_one_line():
     result = run(SNIPPET, launcher="torchrun", nproc=1, world_size=0, check=False)
     assert result.returncode != 0
     assert "fsdp2_tuning.py needs at least 2 processes" in result.text
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_the_counts_are_the_same(tmp_path):
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
-    # NCCL's all-gathers and reduce-scatters, counted as the page counts gloo's
-    logs.assert_nccl_ran(2)
-    check_counts(result, 2, rel=1e-4)  # the norm: the same maths in other kernels

@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from harness.launch import own_gpus, run, snippet
-from harness.outputs import check_output
 from tests.compare import assert_same_state, load
+from tests.devices import on_each_device
 from tests.model_parallel.reference import printed_losses, snippet_code
 
 SNIPPET = "model_parallel/naive.py"
@@ -39,28 +39,28 @@ def without_the_copy():
     return source.replace(COPY, "")
 
 
+@on_each_device(gpus=2)
 def test_on_cpu_it_trains_like_the_unsplit_model_and_cannot_see_a_missing_copy(
-        tmp_path, monkeypatch, capsys):
-    result = run(SNIPPET, workdir=tmp_path)
-    check_output(result)
-    assert result.stdout.startswith("first half on cpu, second half on cpu")
-    assert_matches_unsplit(result, atol=0)
-    # Both halves are on the CPU: forgetting the .to() changes nothing, so only GPUs can test it.
-    monkeypatch.chdir(tmp_path)
-    capsys.readouterr()
-    exec(compile(without_the_copy(), "naive.py", "exec"), {"__name__": "__main__"})
-    assert capsys.readouterr().out == result.stdout
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_the_activations_move_and_a_missing_copy_fails(tmp_path):
-    result = run(SNIPPET, workdir=tmp_path, env={"CUDA_VISIBLE_DEVICES": own_gpus(2)})
-    assert result.stdout.startswith("first half on cuda:0, second half on cuda:1")
-    assert "first half output: cuda:0\nsecond half input: cuda:1\n" in result.stdout
-    assert_matches_unsplit(result, atol=1e-5)
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "naive.py").write_text(without_the_copy())
-    broken = run(tmp_path / "broken" / "naive.py", workdir=tmp_path / "broken",
-                 env={"CUDA_VISIBLE_DEVICES": own_gpus(2)}, check=False)
-    assert broken.returncode != 0
-    assert "Expected all tensors to be on the same device" in broken.text
+        device, tmp_path, monkeypatch, capsys):
+    """On GPUs the activations move from one GPU to the other, and a missing copy fails."""
+    env = {"CUDA_VISIBLE_DEVICES": own_gpus(2)} if device.gpus else None
+    result = run(SNIPPET, workdir=tmp_path, env=env)
+    device.check_output(result)
+    assert result.stdout.startswith(device.pick("first half on cpu, second half on cpu",
+                                                "first half on cuda:0, second half on cuda:1"))
+    if device.gpus:
+        assert "first half output: cuda:0\nsecond half input: cuda:1\n" in result.stdout
+    assert_matches_unsplit(result, atol=device.pick(0, 1e-5))
+    if not device.gpus:
+        # Both halves are on the CPU: forgetting the .to() changes nothing, so only GPUs can test it.
+        monkeypatch.chdir(tmp_path)
+        capsys.readouterr()
+        exec(compile(without_the_copy(), "naive.py", "exec"), {"__name__": "__main__"})
+        assert capsys.readouterr().out == result.stdout
+    else:
+        (tmp_path / "broken").mkdir()
+        (tmp_path / "broken" / "naive.py").write_text(without_the_copy())
+        broken = run(tmp_path / "broken" / "naive.py", workdir=tmp_path / "broken", env=env,
+                     check=False)
+        assert broken.returncode != 0
+        assert "Expected all tensors to be on the same device" in broken.text

@@ -9,7 +9,7 @@ import torch
 
 from harness.launch import run, shared, snippet_code
 from harness.outputs import BARRIER_WARNING, check_output
-from tests.on_gpus import NcclLogs
+from tests.devices import CPU, on_each_device
 from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "model_parallel/pipeline_bubble.py"
@@ -37,10 +37,11 @@ def ceiling(m):
     return (formula(m) + no_overlap()) / 2
 
 
-@pytest.fixture(scope="module")
 @shared
-def result():
-    return run(SNIPPET, launcher="torchrun", nproc=STAGES)
+def result(device):
+    run_ = run(SNIPPET, launcher="torchrun", nproc=STAGES, env=device.env("bubble"))
+    device.assert_ran(STAGES, "bubble", run_)
+    return run_
 
 
 def parse_table(stdout):
@@ -52,9 +53,8 @@ def parse_table(stdout):
     return rows
 
 
-@pytest.fixture(scope="module")
-def table(result):
-    return parse_table(result.stdout)
+def table(device):
+    return parse_table(result(device).stdout)
 
 
 def check_idle_follows_the_formula(table):
@@ -77,12 +77,16 @@ def diagrams(stdout):
     return drawn
 
 
-def test_output_matches_the_page(result):
-    check_output(result)
+def test_output_matches_the_page():
+    check_output(result(CPU))
 
 
-def test_measured_idle_time_falls_with_more_micro_batches_as_the_formula_says(table):
-    check_idle_follows_the_formula(table)
+@on_each_device(gpus=STAGES)
+def test_measured_idle_time_falls_with_more_micro_batches_as_the_formula_says(device):
+    """With NCCL the stages wait for their inputs too, so the same tolerance holds."""
+    check_idle_follows_the_formula(table(device))
+    if device.gpus:
+        assert BARRIER_WARNING not in result(device).text
 
 
 def test_the_check_fails_for_stages_that_take_turns():
@@ -92,13 +96,14 @@ def test_the_check_fails_for_stages_that_take_turns():
         check_idle_follows_the_formula(table)
 
 
-def test_1f1b_holds_fewer_micro_batches_than_gpipe(table):
-    assert [(m, held) for m, *_, held in table["GPipe"]] == [(m, m) for m, *_ in table["GPipe"]]
-    assert [held for *_, held in table["1F1B"]] == [STAGES] * 3
+def test_1f1b_holds_fewer_micro_batches_than_gpipe():
+    table_ = table(CPU)
+    assert [(m, held) for m, *_, held in table_["GPipe"]] == [(m, m) for m, *_ in table_["GPipe"]]
+    assert [held for *_, held in table_["1F1B"]] == [STAGES] * 3
 
 
-def test_drawings_are_what_the_schedules_promise(result):
-    drawn = diagrams(result.stdout)
+def test_drawings_are_what_the_schedules_promise():
+    drawn = diagrams(result(CPU).stdout)
     assert list(drawn) == ["GPipe", "1F1B"]
     m = 4
     for name, rows in drawn.items():
@@ -144,13 +149,3 @@ def test_waiting_for_input_synchronises_the_gpu_stream_and_leaves_cpu_tensors_al
 
 def test_barrier_names_the_gpu(monkeypatch):
     check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
-
-
-@pytest.mark.multigpu(STAGES)
-def test_on_gpus_measured_idle_time_follows_the_formula():
-    """With NCCL the stages wait for their inputs too, so the same tolerance holds."""
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=STAGES, env=logs.env)
-    logs.assert_nccl_ran(STAGES)
-    check_idle_follows_the_formula(parse_table(result.stdout))
-    assert BARRIER_WARNING not in result.text

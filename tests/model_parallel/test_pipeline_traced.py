@@ -5,16 +5,17 @@ from torch import nn
 from torch.distributed.pipelining import SplitPoint, pipe_split, pipeline
 
 from harness.launch import run
-from harness.outputs import check_output
+from tests.devices import on_each_device
 from tests.model_parallel.reference import assert_run_matches, snippet_code, trained_in_one_process
-from tests.on_gpus import NcclLogs
 
 SNIPPET = "model_parallel/pipeline_traced.py"
 
 
-def test_two_traced_stages_give_the_loss_and_gradients_of_one_process(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
-    check_output(result)
+@on_each_device(gpus=2)
+def test_two_traced_stages_give_the_loss_and_gradients_of_one_process(device, tmp_path):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=device.env())
+    device.assert_ran(2, result=result)
+    device.check_output(result)
     assert "stage 1 on rank 1 holds: 4.weight, 4.bias, 6.weight, 6.bias" in result.stdout
     assert_run_matches(result, trained_in_one_process(SNIPPET))
 
@@ -39,11 +40,3 @@ def test_pipe_split_in_forward_cuts_where_split_spec_does():
     for i in range(2):
         assert ([n for n, _ in by_spec.get_stage_module(i).named_parameters()]
                 == [n for n, _ in by_call.get_stage_module(i).named_parameters()])
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus(tmp_path):
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
-    logs.assert_nccl_ran(2)
-    assert_run_matches(result, trained_in_one_process(SNIPPET))

@@ -3,10 +3,9 @@
 import pytest
 
 from harness.launch import run, snippet
-from harness.outputs import check_output
 from tests.compare import assert_same_state, load
+from tests.devices import on_each_device
 from tests.model_parallel.reference import ATOL, trained_in_one_process
-from tests.on_gpus import NcclLogs
 
 SNIPPET = "model_parallel/tensor_parallel.py"
 PLANS = ["tensor parallel", "+ sequence parallel"]
@@ -31,9 +30,11 @@ def collectives(stdout):
     return rows
 
 
-def test_two_ranks_give_the_loss_and_gradients_of_one_process(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
-    check_output(result)
+@on_each_device(gpus=2)
+def test_two_ranks_give_the_loss_and_gradients_of_one_process(device, tmp_path):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=device.env())
+    device.assert_ran(2, result=result)
+    device.check_output(result)
     assert "attn.wq.weight: full (16, 16), on this rank (8, 16), Shard(dim=0)" in result.stdout
     assert "mlp.down.weight: full (16, 64), on this rank (16, 32), Shard(dim=1)" in result.stdout
     assert collectives(result.stdout) == {
@@ -66,12 +67,4 @@ def test_the_optimizer_steps_as_it_would_on_gpus(tmp_path):
     wrapper.write_text(WITH_FOREACH)
     result = run(wrapper, str(snippet(SNIPPET)), launcher="torchrun", nproc=2,
                  workdir=tmp_path, world_size=2)
-    assert_both_plans_match_one_process(result)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus(tmp_path):
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
-    logs.assert_nccl_ran(2)
     assert_both_plans_match_one_process(result)

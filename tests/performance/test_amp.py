@@ -7,13 +7,13 @@ within what 16-bit arithmetic allows; fp16 must resume with its scaler's state.
 import math
 import re
 
-import pytest
 import torch
 
 from harness.launch import run
-from harness.outputs import BF16, FP16, check_output
+from harness.outputs import BF16, FP16
 from tests.compare import assert_same_state, load
-from tests.on_gpus import NcclLogs, assert_gpu_path
+from tests.devices import on_each_device
+from tests.on_gpus import assert_gpu_path
 from tests.performance.reference import full_batch_reference
 
 SNIPPET = "performance/amp.py"
@@ -69,33 +69,30 @@ def check_fp16(workdir, first, resumed):
     assert_close_to_reference(workdir / "amp_fp16.pt", skipped_by_scaler(scales(first.stdout)[0]))
 
 
-def test_bf16_autocast_matches_float32_training(tmp_path):
-    result = run_amp(tmp_path, "--precision", "bf16")
-    check_output(result, "bf16", tolerance=BF16)
-    assert "weights torch.float32, forward output torch.bfloat16" in result.stdout
-    assert "loss scale" not in result.stdout  # no scaler for bf16
+@on_each_device(gpus=RANKS)
+def test_bf16_autocast_matches_float32_training(tmp_path, device):
+    """On GPUs the same code autocasts on CUDA."""
+    result = run_amp(tmp_path, "--precision", "bf16", env=device.env())
+    device.check_output(result, "bf16", tolerance=BF16)
+    said = "weights torch.float32, forward output torch.bfloat16"
+    assert device.pick(said, f"bf16 on cuda: {said}") in result.stdout
+    device.assert_ran(RANKS, result=result)
+    if not device.gpus:
+        assert "loss scale" not in result.stdout  # no scaler for bf16
     assert_close_to_reference(tmp_path / "amp_bf16.pt")
 
 
-def test_fp16_with_grad_scaler_resumes_with_its_scale(tmp_path):
+@on_each_device(gpus=RANKS)
+def test_fp16_with_grad_scaler_resumes_with_its_scale(tmp_path, device):
     first, resumed = run_fp16_in_two_parts(tmp_path)
-    check_output(first, "fp16-first", tolerance=FP16)
-    check_output(resumed, "fp16-resumed", tolerance=FP16)
+    device.check_output(first, "fp16-first", tolerance=FP16)
+    device.check_output(resumed, "fp16-resumed", tolerance=FP16)
     assert "forward output torch.float16" in first.stdout
-    # The first steps overflow at 65536 and are skipped; the page explains this.
-    assert skipped_by_scaler(scales(first.stdout)[0]) >= 1
-    check_fp16(tmp_path, first, resumed)
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_the_same_code_autocasts_on_cuda(tmp_path):
-    logs = NcclLogs()
-    bf16 = run_amp(tmp_path, "--precision", "bf16", env=logs.env)
-    assert "bf16 on cuda: weights torch.float32, forward output torch.bfloat16" in bf16.stdout
-    logs.assert_nccl_ran(RANKS)
-    assert_close_to_reference(tmp_path / "amp_bf16.pt")
-    first, resumed = run_fp16_in_two_parts(tmp_path)
-    for part in (first, resumed):  # autocast on CUDA, and the scaler of CUDA's
-        assert_gpu_path(part.stdout, r"^fp16 on (?P<device>\w+): weights torch\.float32, "
-                                     r"forward output torch\.float16$", count=1)
+    if device.gpus:
+        for part in (first, resumed):  # autocast on CUDA, and the scaler of CUDA's
+            assert_gpu_path(part.stdout, r"^fp16 on (?P<device>\w+): weights torch\.float32, "
+                                         r"forward output torch\.float16$", count=1)
+    else:
+        # The first steps overflow at 65536 and are skipped; the page explains this.
+        assert skipped_by_scaler(scales(first.stdout)[0]) >= 1
     check_fp16(tmp_path, first, resumed)

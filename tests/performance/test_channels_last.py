@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from harness.launch import run, snippet, snippet_code
-from harness.outputs import BARRIER_WARNING, Tolerance, check_output
+from harness.outputs import BARRIER_WARNING, Tolerance
 from tests.compare import assert_same_state, load
-from tests.on_gpus import NcclLogs, assert_gpu_path
+from tests.devices import on_each_device
+from tests.on_gpus import assert_gpu_path
 from tests.performance.device_checks import check_barrier_names_the_gpu
 from tests.performance.reference import full_batch_reference
 
@@ -56,26 +57,23 @@ def check_run(workdir, device, script=SNIPPET, env=None):
     return result
 
 
-def test_channels_last_trains_the_same_model_in_another_layout(tmp_path):
-    result = check_run(tmp_path, "cpu")
-    check_output(result, tolerance=SUMMATION)
-    # A clock's figure: it depends on the CPU's kernels (1.10x on the page, 1.35x with
-    # ATEN_CPU_CAPABILITY=default in CI), so the page makes no claim about it on a CPU.
-    ratio = float(re.search(r"speed-up of channels_last: ([\d.]+)x", result.stdout).group(1))
-    assert ratio > 0
+@on_each_device(gpus=RANKS)
+def test_channels_last_trains_the_same_model_in_another_layout(tmp_path, device):
+    result = check_run(tmp_path, device.type, env=device.env())
+    device.check_output(result, tolerance=SUMMATION)
+    if device.gpus:
+        assert_gpu_path(result.stdout, DEVICE_LINE, count=1)
+    device.assert_ran(RANKS, result=result)
+    assert BARRIER_WARNING not in result.text
+    if not device.gpus:
+        # A clock's figure: it depends on the CPU's kernels (1.10x on the page, 1.35x with
+        # ATEN_CPU_CAPABILITY=default in CI), so the page makes no claim about it on a CPU.
+        ratio = float(re.search(r"speed-up of channels_last: ([\d.]+)x", result.stdout).group(1))
+        assert ratio > 0
 
 
 def test_barrier_names_the_gpu(monkeypatch):
     check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus(tmp_path):
-    logs = NcclLogs()
-    result = check_run(tmp_path, "cuda", env=logs.env)
-    assert_gpu_path(result.stdout, DEVICE_LINE, count=1)
-    logs.assert_nccl_ran(RANKS)
-    assert BARRIER_WARNING not in result.text
 
 
 @pytest.mark.multigpu(2)

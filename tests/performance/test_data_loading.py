@@ -3,12 +3,10 @@
 import os
 import re
 
-import pytest
 from torch.utils.data.distributed import DistributedSampler
 
 from harness.launch import run
-from harness.outputs import check_output
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 
 SNIPPET = "performance/data_loading.py"
 RANKS, SAMPLES = 2, 128
@@ -38,19 +36,14 @@ def check_run(stdout):
     assert int(first["True"]) < int(first["False"])  # no workers to start again
 
 
-def test_shards_and_throughput_on_cpu():
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
-    check_output(result)
-    assert "CPU-only figures" in result.stdout
+@on_each_device(gpus=2)
+def test_shards_and_throughput_on_cpu(device):
+    """On GPUs, with pinned memory."""
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=device.env())
+    device.assert_ran(RANKS, result=result)
+    device.check_output(result)
+    assert device.pick("CPU-only figures", "\nGPU figures, ") in result.stdout
     check_run(result.stdout)
-    if len(os.sched_getaffinity(0)) < 4:  # PyTorch warns when workers outnumber the CPUs
+    if not device.gpus and len(os.sched_getaffinity(0)) < 4:
+        # PyTorch warns when workers outnumber the CPUs
         assert "This DataLoader will create 4 worker processes in total" in result.text
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_with_pinned_memory():
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=logs.env)
-    assert "\nGPU figures, " in result.stdout  # "CPU-only figures" on the CPU
-    logs.assert_nccl_ran(RANKS)
-    check_run(result.stdout)

@@ -5,8 +5,7 @@ import re
 import pytest
 
 from harness.launch import run
-from harness.outputs import check_output
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 from tests.performance.reference import snippet_code
 
 SNIPPET = "performance/ddp_knobs.py"
@@ -63,17 +62,11 @@ def check_run(stdout, stderr, model_bytes):
     assert "extra traversal of the autograd graph every iteration" in stderr
 
 
-def test_knobs_change_buckets_and_memory_not_results(model_bytes):
-    result = run(SNIPPET, launcher="torchrun", nproc=2)
-    check_output(result)
-    check_run(result.stdout, result.text, model_bytes)
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus(model_bytes):
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env)
-    logs.assert_nccl_ran(2)  # the buckets are NCCL's all-reduces
+@on_each_device(gpus=2)
+def test_knobs_change_buckets_and_memory_not_results(model_bytes, device):
+    result = run(SNIPPET, launcher="torchrun", nproc=2, env=device.env())
+    device.assert_ran(2, result=result)  # on GPUs the buckets are NCCL's all-reduces
+    device.check_output(result)
     check_run(result.stdout, result.text, model_bytes)
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from harness.launch import run, snippet_code
-from harness.outputs import BARRIER_WARNING, check_output
+from harness.outputs import BARRIER_WARNING
+from tests.devices import CPU, Device
 from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "performance/message_passing.py"
@@ -66,12 +67,22 @@ def check_run(result, n, backend):
     assert tables(result.stdout) == expected(n)
 
 
-@pytest.mark.parametrize("n", [2, SHOWN])
-def test_every_call_does_what_its_table_says(n):
+#: tests.devices.on_each_device for each number of processes, with as many GPUs: on the
+#: CPU, and on n GPUs marked multigpu(n).
+ON_EACH_DEVICE = [pytest.param(n, device, id=f"{n}-{device.type}",
+                               marks=[pytest.mark.multigpu(n)] if device.gpus else [])
+                  for n in (2, SHOWN) for device in (CPU, Device(n))]
+
+
+@pytest.mark.parametrize("n, device", ON_EACH_DEVICE)
+def test_every_call_does_what_its_table_says(n, device):
+    """With NCCL on 2 GPUs, each rank's left and right neighbour is the same rank: separate
+    isend and irecv calls to one peer can hang under NCCL unless their order is right."""
     result = run(SNIPPET, launcher="torchrun", nproc=n)
     if n == SHOWN:
-        check_output(result)
-    check_run(result, n, "gloo")
+        device.check_output(result)
+    check_run(result, n, device.backend)
+    assert BARRIER_WARNING not in result.text
 
 
 def test_an_odd_number_of_processes_stops_at_once():
@@ -147,19 +158,3 @@ def test_separate_sends_and_receives_cannot_wait_on_each_other(world, monkeypatc
 
 def test_barrier_names_the_gpu(monkeypatch):
     check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
-
-
-@pytest.mark.multigpu(2)
-def test_on_2_gpus_with_nccl():
-    """With 2 ranks each one's left and right neighbour is the same rank: separate isend
-    and irecv calls to one peer can hang under NCCL unless their order is right."""
-    result = run(SNIPPET, launcher="torchrun", nproc=2)
-    check_run(result, 2, "nccl")
-    assert BARRIER_WARNING not in result.text
-
-
-@pytest.mark.multigpu(4)
-def test_on_4_gpus_with_nccl():
-    result = run(SNIPPET, launcher="torchrun", nproc=4)
-    check_run(result, 4, "nccl")
-    assert BARRIER_WARNING not in result.text

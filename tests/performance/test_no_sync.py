@@ -1,12 +1,10 @@
 """snippets/performance/no_sync.py, shown on docs/performance/no_sync.md."""
 
-import pytest
 import torch
 
 from harness.launch import run
-from harness.outputs import check_output
 from tests.compare import assert_same_state, load
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 from tests.performance.reference import full_batch_reference
 
 SNIPPET = "performance/no_sync.py"
@@ -47,15 +45,12 @@ def check_run(workdir, atol, env=None):
     return result
 
 
-def test_no_sync_all_reduces_once_per_window_and_trains_the_same(tmp_path):
-    check_output(check_run(tmp_path, atol=1e-6))  # differences below 1e-6
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus(tmp_path):
-    logs = NcclLogs()
-    check_run(tmp_path, atol=1e-4, env=logs.env)
-    logs.assert_nccl_ran(RANKS)
+@on_each_device(gpus=2)
+def test_no_sync_all_reduces_once_per_window_and_trains_the_same(tmp_path, device):
+    # differences below 1e-6 on the CPU, 1e-4 on GPUs
+    result = check_run(tmp_path, atol=device.pick(1e-6, 1e-4), env=device.env())
+    device.assert_ran(RANKS, result=result)
+    device.check_output(result)
 
 
 def test_forward_outside_no_sync_still_all_reduces(exercise_checks):

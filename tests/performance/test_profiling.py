@@ -11,7 +11,7 @@ from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import DeviceType
 
 from harness.launch import run, snippet_code
-from harness.outputs import check_output
+from tests.devices import on_each_device
 
 SNIPPET = "performance/profiling.py"
 RANKS = 2
@@ -79,22 +79,19 @@ def test_each_range_is_counted_once_though_the_gpu_holds_a_copy():
     assert s["overlap"] == pytest.approx(0.75)  # (20 + 10) of those 40 µs
 
 
-def test_one_trace_per_rank_and_ddp_settings_logged(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, workdir=tmp_path, env=DEBUG)
-    check_output(result)
-    check_run(result, "gloo:all_reduce")
-    for steps, *_, comm, _ in rows(result.stdout).values():
-        assert comm <= steps + 0.1  # gloo's all-reduces run inside the steps, on the CPU
-    assert "[c10d] The debug level is set to INFO." in result.text
-    for rank in range(RANKS):
-        assert f"[Rank {rank}]: DDP Initialized with:" in result.text
-    assert "bucket_cap_bytes: 26214400" in result.text
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_nccl_kernels_are_traced(tmp_path):
-    result = run(
-        SNIPPET, launcher="torchrun", nproc=RANKS, workdir=tmp_path, env={"NCCL_DEBUG": "INFO"}
-    )
-    check_run(result, ("ncclDevKernel", "ncclKernel"))
-    assert "NCCL INFO" in result.text
+@on_each_device(gpus=RANKS)
+def test_one_trace_per_rank_and_ddp_settings_logged(tmp_path, device):
+    """On GPUs, run with NCCL's log instead: NCCL's kernels are traced."""
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, workdir=tmp_path,
+                 env=device.pick(DEBUG, {"NCCL_DEBUG": "INFO"}))
+    device.check_output(result)
+    check_run(result, device.pick("gloo:all_reduce", ("ncclDevKernel", "ncclKernel")))
+    if device.gpus:
+        assert "NCCL INFO" in result.text
+    else:
+        for steps, *_, comm, _ in rows(result.stdout).values():
+            assert comm <= steps + 0.1  # gloo's all-reduces run inside the steps, on the CPU
+        assert "[c10d] The debug level is set to INFO." in result.text
+        for rank in range(RANKS):
+            assert f"[Rank {rank}]: DDP Initialized with:" in result.text
+        assert "bucket_cap_bytes: 26214400" in result.text

@@ -3,12 +3,11 @@
 import re
 import time
 
-import pytest
 import torch
 
 from harness.launch import run, snippet_code
-from harness.outputs import BARRIER_WARNING, Tolerance, check_output
-from tests.on_gpus import NcclLogs
+from harness.outputs import BARRIER_WARNING, Tolerance
+from tests.devices import on_each_device
 from tests.performance.device_checks import check_barrier_names_the_gpu
 
 SNIPPET = "performance/ring_allreduce.py"
@@ -35,10 +34,13 @@ def check_run(stdout):
     assert float(ring) > 0 and float(builtin) > 0
 
 
-def test_ring_all_reduce_equals_all_reduce_and_sends_2_n_minus_1_over_n():
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS)
-    check_output(result, tolerance=SUMMATION)
+@on_each_device(gpus=RANKS)
+def test_ring_all_reduce_equals_all_reduce_and_sends_2_n_minus_1_over_n(device):
+    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=device.env())
+    device.assert_ran(RANKS, result=result)  # the ring's sends and receives, and dist.all_reduce
+    device.check_output(result, tolerance=SUMMATION)
     check_run(result.stdout)
+    assert BARRIER_WARNING not in result.text
 
 
 def test_timing_leaves_out_the_first_call_and_waits_for_the_gpu(monkeypatch):
@@ -62,12 +64,3 @@ def test_timing_leaves_out_the_first_call_and_waits_for_the_gpu(monkeypatch):
 
 def test_barrier_names_the_gpu(monkeypatch):
     check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
-
-
-@pytest.mark.multigpu(4)
-def test_on_gpus():
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=logs.env)
-    logs.assert_nccl_ran(RANKS)  # the ring's sends and receives, and dist.all_reduce
-    check_run(result.stdout)
-    assert BARRIER_WARNING not in result.text

@@ -8,8 +8,9 @@ NCCL, within the tolerance of GPU kernels.
 import pytest
 
 from harness.launch import Result, run, shared
-from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output
+from harness.outputs import BARRIER_WARNING, GPU_ATOL
 from tests.compare import assert_same_state
+from tests.devices import on_each_device
 from tests.quickstart.runs import epoch_losses, held_out_accuracy, saved_model
 
 SNIPPET = "quickstart/train.py"
@@ -22,23 +23,22 @@ def one_process() -> Result:
                env={"SNIPPET_HARNESS_DEVICE": "cpu"})
 
 
-def test_two_processes_train_like_one_process_on_the_whole_batch():
+@on_each_device(gpus=2)
+def test_two_processes_train_like_one_process_on_the_whole_batch(device):
+    """On 2 GPUs NCCL trains like the CPU's one process, within the tolerance of GPU kernels."""
     result = run(SNIPPET, "--batch-size", "16", launcher="torchrun", nproc=2)
-    check_output(result)
-    assert result.stdout.startswith("2 processes (gloo on cpu), 32 images per step\n")
+    device.check_output(result)
+    assert result.stdout.startswith(
+        f"2 processes ({device.backend} on {device.type}), 32 images per step\n")
     losses = epoch_losses(result.stdout)
-    assert len(losses) == 5 and losses == sorted(losses, reverse=True)  # it learns
-    assert losses == pytest.approx(epoch_losses(one_process().stdout), abs=1e-4)
-    assert held_out_accuracy(result.stdout) == held_out_accuracy(one_process().stdout) > 90
-    assert_same_state(saved_model(result), saved_model(one_process()), atol=1e-6)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_nccl_trains_like_the_cpu():
-    result = run(SNIPPET, "--batch-size", "16", launcher="torchrun", nproc=2)
-    assert result.stdout.startswith("2 processes (nccl on cuda), 32 images per step\n")
-    assert epoch_losses(result.stdout) == pytest.approx(epoch_losses(one_process().stdout),
-                                                        abs=1e-3)
-    assert held_out_accuracy(result.stdout) > 90
-    assert_same_state(saved_model(result), saved_model(one_process()), atol=GPU_ATOL)
-    assert BARRIER_WARNING not in result.text  # it was told its GPU
+    if not device.gpus:
+        assert len(losses) == 5 and losses == sorted(losses, reverse=True)  # it learns
+    assert losses == pytest.approx(epoch_losses(one_process().stdout), abs=device.pick(1e-4, 1e-3))
+    if device.gpus:
+        assert held_out_accuracy(result.stdout) > 90
+    else:
+        assert held_out_accuracy(result.stdout) == held_out_accuracy(one_process().stdout) > 90
+    assert_same_state(saved_model(result), saved_model(one_process()),
+                      atol=device.pick(1e-6, GPU_ATOL))
+    if device.gpus:
+        assert BARRIER_WARNING not in result.text  # it was told its GPU

@@ -5,11 +5,9 @@ rank's fault handler file holds the Python stack it died in."""
 import re
 import shutil
 
-import pytest
-
 from harness.launch import run, snippet
 from harness.outputs import check_text
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 
 SNIPPET = "troubleshooting/crash.py"
 
@@ -50,17 +48,12 @@ def run_copy(folder, timeout, env=None):
                workdir=folder, env=env)
 
 
-def test_torchrun_names_the_rank_and_its_signal_and_the_rank_left_its_stack(tmp_path):
-    result = run_copy(tmp_path, 90)
+@on_each_device(gpus=2)
+def test_torchrun_names_the_rank_and_its_signal_and_the_rank_left_its_stack(tmp_path, device):
+    result = run_copy(tmp_path, device.pick(90, 180), env=device.env())
     cause, log = assert_rank_1_died_of_sigsegv(result)
-    check_text(result.stdout, SNIPPET)
-    check_text(cause, SNIPPET, "summary")
-    check_text(log, SNIPPET, "faulthandler")
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus(tmp_path):
-    logs = NcclLogs()
-    result = run_copy(tmp_path, 180, env=logs.env)
-    assert_rank_1_died_of_sigsegv(result)
-    logs.assert_nccl_ran(2)  # steps 0 to 2 all-reduced over NCCL
+    device.assert_ran(2, result=result)  # on GPUs, steps 0 to 2 all-reduced over NCCL
+    if not device.gpus:  # the pages show the CPU run
+        check_text(result.stdout, SNIPPET)
+        check_text(cause, SNIPPET, "summary")
+        check_text(log, SNIPPET, "faulthandler")

@@ -7,7 +7,8 @@ for, GPUs shared by mistake and checkpoints loaded onto the wrong GPU, needs GPU
 import pytest
 
 from harness.launch import own_gpus, run
-from harness.outputs import BARRIER_WARNING, check_output
+from harness.outputs import BARRIER_WARNING
+from tests.devices import on_each_device
 
 SNIPPET = "troubleshooting/gpu_placement.py"
 
@@ -16,20 +17,18 @@ def rows(stdout):
     return [line.split() for line in stdout.splitlines() if line[:4].strip().isdigit()]
 
 
-def test_on_the_cpu_every_process_reports(tmp_path):
+@on_each_device(gpus=2)
+def test_on_the_cpu_every_process_reports(tmp_path, device):
+    """On GPUs: each process uses only its own GPU."""
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
-    check_output(result)
-    assert rows(result.stdout) == [["0", "cpu", "-", "cpu", "-"], ["1", "cpu", "-", "cpu", "-"]]
-    assert result.stdout.splitlines()[-1] == "GPUs shared by several processes: none"
-
-
-@pytest.mark.multigpu(2)
-def test_right_each_process_uses_only_its_own_gpu(tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
+    device.check_output(result)
     table = rows(result.stdout)
-    assert [r[1] for r in table] == ["cuda:0", "cuda:1"]
-    assert [r[3] for r in table] == ["cuda:0", "cuda:1"]  # checkpoint on its own GPU
-    assert table[1][4] == "0"  # rank 1 allocated nothing on GPU 0
+    if device.gpus:
+        assert [r[1] for r in table] == ["cuda:0", "cuda:1"]
+        assert [r[3] for r in table] == ["cuda:0", "cuda:1"]  # checkpoint on its own GPU
+        assert table[1][4] == "0"  # rank 1 allocated nothing on GPU 0
+    else:
+        assert table == [["0", "cpu", "-", "cpu", "-"], ["1", "cpu", "-", "cpu", "-"]]
     assert result.stdout.splitlines()[-1] == "GPUs shared by several processes: none"
     # its barrier runs on the gloo group, and so needs no GPU: torch says nothing of it
     assert BARRIER_WARNING not in result.text

@@ -10,7 +10,7 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_text
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 from tests.slurm.jobs import GPUS, job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.slurm.started_by import assert_stopped_with_one_line
@@ -75,13 +75,10 @@ def monitored(timeout: float, env=None):
     return result, lines
 
 
-def test_a_monitored_barrier_names_the_rank_that_did_not_arrive():
-    result, lines = monitored(timeout=300)
-    check_errors(result, "monitor", lines)
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_the_monitored_barrier_runs_in_its_gloo_group():
-    logs = NcclLogs()
-    monitored(timeout=300, env=logs.env)
-    logs.assert_nccl_ran(2)  # the all-reduces of steps 0 to 3, over NCCL
+@on_each_device(gpus=2)
+def test_a_monitored_barrier_names_the_rank_that_did_not_arrive(device):
+    """On GPUs too: the monitored barrier runs in its gloo group."""
+    result, lines = monitored(timeout=300, env=device.env())
+    device.assert_ran(2, result=result)  # on GPUs, the all-reduces of steps 0 to 3, over NCCL
+    if not device.gpus:  # the pages show the CPU run
+        check_errors(result, "monitor", lines)

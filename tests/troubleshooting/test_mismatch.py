@@ -12,8 +12,9 @@ import torch
 
 from harness import torch_versions
 from harness.launch import run, shared, snippet
-from harness.outputs import BARRIER_WARNING, check_output
+from harness.outputs import BARRIER_WARNING
 from tests.compare import load
+from tests.devices import CPU, on_each_device
 from tests.on_gpus import NcclLogs
 from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
 
@@ -21,44 +22,65 @@ SNIPPET = "troubleshooting/mismatch.py"
 TIMEOUT = 5  # seconds, as the page's command says
 
 
-@pytest.fixture(scope="module")
 @shared
-def runs():
-    common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=90, check=False)
-    return run_together(
-        bug=dict(common, args=["--timeout", str(TIMEOUT)]),
-        fix=dict(common, args=["--fix"], workdir=Path(tempfile.mkdtemp(prefix="fix-"))),
-        detail=dict(common, args=["--fix"], env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}),
+def runs(device):
+    """At once: the snippet as shown, with the page's collective timeout (on GPUs a longer
+    one, as NCCL starts slower) (``bug``), and with ``--fix`` (``fix``), their processes on
+    NCCL on GPUs; on the CPU also the fixed script under TORCH_DISTRIBUTED_DEBUG=DETAIL
+    (``detail``)."""
+    common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=device.pick(90, 240),
+                  check=False)
+    launches = dict(
+        bug=dict(common, args=["--timeout", str(device.pick(TIMEOUT, 20))], env=device.env("bug")),
+        fix=dict(common, args=["--fix"], workdir=Path(tempfile.mkdtemp(prefix="fix-")),
+                 env=device.env("fix")),
     )
+    if not device.gpus:
+        launches["detail"] = dict(common, args=["--fix"],
+                                  env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    runs = run_together(**launches)
+    for name in ("bug", "fix"):  # training's all-reduces, before the mismatch in bug
+        device.assert_ran(2, name, runs[name])
+    return runs
 
 
-def test_rank_0_alone_in_a_collective_fails_both_ranks_after_the_timeout(runs):
-    result = runs["bug"]
+@on_each_device(gpus=2)
+def test_rank_0_alone_in_a_collective_fails_both_ranks_after_the_timeout(device):
+    """On GPUs, NCCL may pair rank 0's all-reduce with rank 1's barrier (a one-element
+    all-reduce) and go on, but rank 0 calls three collectives more than rank 1 in all: the
+    job cannot end well, and the timeout ends it."""
+    result = runs(device)["bug"]
     assert not result.timed_out and result.returncode != 0, result.report()
-    assert "validation loss" not in result.stdout  # rank 0 never got past evaluate()
-    lines = error_lines(result)
-    assert {line[:7] for line in lines} == {"[rank0]", "[rank1]"}, result.report()
-    # the first rank to give up says why; the other may only see that it left
-    assert any(f"Timed out waiting {TIMEOUT * 1000}ms" in line for line in lines), lines
-    assert all(re.search(GLOO_ERROR, line) for line in lines), lines
-    check_errors(result, "hang", lines)
+    assert BARRIER_WARNING not in result.text
+    if not device.gpus:  # what only the CPU run shows
+        assert "validation loss" not in result.stdout  # rank 0 never got past evaluate()
+        lines = error_lines(result)
+        assert {line[:7] for line in lines} == {"[rank0]", "[rank1]"}, result.report()
+        # the first rank to give up says why; the other may only see that it left
+        assert any(f"Timed out waiting {TIMEOUT * 1000}ms" in line for line in lines), lines
+        assert all(re.search(GLOO_ERROR, line) for line in lines), lines
+        check_errors(result, "hang", lines)
 
 
-def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(runs):
-    result = runs["fix"]
+@on_each_device(gpus=2)
+def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(device):
+    """On GPUs too, and its barrier names its GPU (torch does not warn of it)."""
+    result = runs(device)["fix"]
     assert result.ok, result.report()
-    check_output(result, "fix")
+    device.check_output(result, "fix")
     printed = [float(line.split()[-1]) for line in result.stdout.splitlines()
                if "validation loss" in line]
     assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
-    # the all-reduced mean over both ranks' shares equals the mean over the whole set
-    code = runpy.run_path(str(snippet(SNIPPET)))
-    x, y = code["make_data"](64, seed=2).tensors
-    model = torch.nn.Linear(8, 1)
-    model.load_state_dict(load(result.workdir / "checkpoint.pt"))
-    with torch.no_grad():
-        whole = torch.nn.functional.mse_loss(model(x), y).item()
-    assert printed[-1] == pytest.approx(whole, abs=5e-5)
+    assert BARRIER_WARNING not in result.text
+    if not device.gpus:  # what only the CPU run shows
+        # the all-reduced mean over both ranks' shares equals the mean over the whole set
+        code = runpy.run_path(str(snippet(SNIPPET)))
+        x, y = code["make_data"](64, seed=2).tensors
+        model = torch.nn.Linear(8, 1)
+        model.load_state_dict(load(result.workdir / "checkpoint.pt"))
+        with torch.no_grad():
+            whole = torch.nn.functional.mse_loss(model(x), y).item()
+        assert printed[-1] == pytest.approx(whole, abs=5e-5)
 
 
 #: From this release on (2.8.0 to 2.15.0 were tried), TORCH_DISTRIBUTED_DEBUG=DETAIL with
@@ -66,39 +88,14 @@ def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(
 DETAIL_CRASHES_FROM = (2, 8)
 
 
-def test_detail_makes_ddp_crash_on_gloo_from_2_8(runs):
-    result = runs["detail"]
+def test_detail_makes_ddp_crash_on_gloo_from_2_8():
+    result = runs(CPU)["detail"]
     if torch_versions.key(torch.__version__) >= DETAIL_CRASHES_FROM:
         assert result.returncode != 0 and "Signal 11 (SIGSEGV)" in result.text, result.report()
         assert "validation loss" not in result.stdout
     else:
         assert result.returncode == 0, result.report()
         assert result.stdout.count("validation loss") == 3
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_the_fix_runs_and_its_barrier_names_its_gpu(tmp_path):
-    logs = NcclLogs()
-    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=180, workdir=tmp_path,
-                 env=logs.env)
-    logs.assert_nccl_ran(2)
-    printed = [float(line.split()[-1]) for line in result.stdout.splitlines()
-               if "validation loss" in line]
-    assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
-    assert BARRIER_WARNING not in result.text
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_rank_0_alone_in_a_collective_fails_the_job_at_the_timeout(tmp_path):
-    """NCCL may pair rank 0's all-reduce with rank 1's barrier (a one-element all-reduce)
-    and go on, but rank 0 calls three collectives more than rank 1 in all: the job cannot
-    end well, and the timeout ends it."""
-    logs = NcclLogs()
-    result = run(SNIPPET, "--timeout", "20", launcher="torchrun", nproc=2, check=False,
-                 timeout=240, workdir=tmp_path, env=logs.env)
-    assert not result.timed_out and result.returncode != 0, result.report()
-    logs.assert_nccl_ran(2)  # training's all-reduces, before the mismatch
-    assert BARRIER_WARNING not in result.text
 
 
 @pytest.mark.multigpu(2)

@@ -20,6 +20,7 @@ import pytest
 
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, own_gpus, run
 from harness.outputs import check_output
+from tests.devices import on_each_device
 from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
@@ -52,15 +53,21 @@ def test_nodes_whose_gpus_pytorch_cannot_see_fail_and_say_why():
     assert failed(result) == ["node1", "node2"]
 
 
+@on_each_device(gpus=1)
 @pytest.mark.parametrize("visible", [0, 1])
-def test_a_node_that_sees_fewer_gpus_than_slurm_gave_it_fails(visible):
-    """Two processes on a node given 4 GPUs that sees none, or 1 (a pretended GPU: the
-    script must stop before it uses one)."""
+def test_a_node_that_sees_fewer_gpus_than_slurm_gave_it_fails(visible, device):
+    """Two processes on a node given 4 GPUs that sees none, or 1 (on the CPU a pretended
+    GPU: the script must stop before it uses one; on GPUs a real one, which the script
+    saw: "1 of 4", not "CUDA unavailable, 0 of 4")."""
+    if device.gpus and not visible:
+        pytest.skip("on GPUs the node sees its one GPU: the case of visible=1")
+    seen = device.pick({DEVICE_ENV: "" if visible else "cpu", FAKE_GPUS_ENV: str(visible)},
+                       {"CUDA_VISIBLE_DEVICES": own_gpus(1)})
     result = run(SCRIPT, launcher="torchrun", nproc=2, world_size=0, check=False,
-                 env={"SLURM_GPUS_ON_NODE": "4", "SLURMD_NODENAME": "gpu017",
-                      DEVICE_ENV: "" if visible else "cpu", FAKE_GPUS_ENV: str(visible)})
+                 env={**seen, "SLURM_GPUS_ON_NODE": "4", "SLURMD_NODENAME": "gpu017"})
     reason = "1 of 4 GPUs visible" if visible else "CUDA unavailable, 0 of 4 GPUs visible"
-    assert result.stdout == f"gpu017: FAIL (2 processes, nothing tested): {reason}\n"
+    assert result.stdout == f"gpu017: FAIL (2 processes, nothing tested): {reason}\n", \
+        result.report()
     assert result.returncode == 1
 
 
@@ -102,14 +109,3 @@ def test_on_a_gpu_cluster(monkeypatch):
                          sbatch_args=[*shape, f"--nodelist={','.join(nodes)}"], check=False)
     assert report(broken) == {node: "FAIL" if node == last else "OK" for node in nodes}
     assert failed(broken) == [last]
-
-
-@pytest.mark.multigpu(1)
-def test_on_one_gpu_a_node_given_four_fails_without_testing():
-    result = run(SCRIPT, launcher="torchrun", nproc=2, world_size=0, check=False,
-                 env={"CUDA_VISIBLE_DEVICES": own_gpus(1), "SLURM_GPUS_ON_NODE": "4",
-                      "SLURMD_NODENAME": "gpu017"})
-    # "1 of 4", not "CUDA unavailable, 0 of 4": the script saw the GPU
-    assert result.stdout == ("gpu017: FAIL (2 processes, nothing tested): "
-                             "1 of 4 GPUs visible\n"), result.report()
-    assert result.returncode == 1
