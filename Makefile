@@ -21,7 +21,7 @@ CENTRE ?=
 export CENTRE
 CHECK_CENTRE = $(BIN)/python -m harness.profile $(CENTRE)
 
-.PHONY: venv help html livehtml spelling linkcheck test releases test-gpu test-extras test-browser outputs bench clean
+.PHONY: venv help html livehtml spelling linkcheck test releases test-gpu rehearse test-extras test-browser outputs bench clean
 
 help:
 	@echo "make html       build the site into $(BUILD)/html"
@@ -30,6 +30,7 @@ help:
 	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation); report in gpu-report/"
 	@echo "                (PYTHON=python3: in that Python as it is, installing nothing)"
+	@echo "make rehearse   run the tests' one-GPU cases on the CPU (tools/gpu-check runs them on a GPU)"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
 	@echo "make spelling   spell-check the pages (en_GB)"
 	@echo "make linkcheck  check internal links"
@@ -98,6 +99,11 @@ endif
 test-gpu: export PYTHONUNBUFFERED = 1
 test-gpu: $(GPU_NEEDS)
 	$(GPU_PYTEST) -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
+
+# The one-GPU cases of the tests (tests/devices.py, tools/gpu-check) on the CPU, at world
+# size 1 with gloo: their logic runs before a GPU runs them.
+rehearse: $(STAMP)
+	SNIPPET_HARNESS_REHEARSE=1 $(BIN)/pytest -m one_gpu $(PARALLEL) $(PYTEST_ARGS)
 
 test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)

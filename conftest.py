@@ -12,12 +12,14 @@ pytest_plugins = [
     "harness.plugins.scheduling",  # test processes get whole files, slowest first
     "harness.plugins.devices",     # multigpu tests on GPUs (or skipped), the others on the CPU
     "harness.plugins.cluster",     # the local Slurm cluster of the tests marked slurm
+    "harness.plugins.budget",      # --time-budget=SECONDS: skip what would start after it
     "harness.gpu_report",          # --gpu-report=DIR: the report of a GPU run
     "harness.releases",            # --record-releases: docs/_data/torch_versions.json
 ]
 
 MARKERS = {
     "multigpu(n)": "needs at least n CUDA GPUs (run with `make test-gpu` in a GPU allocation)",
+    "one_gpu": "a test's case at world size 1 on one GPU (tests/devices.py; tools/gpu-check)",
     "slurm": "submits job scripts to the local Slurm cluster (tools/local-slurm)",
     "mpi": "launches with OpenMPI's mpirun",
     "extras": "needs the heavy extra packages (`make test-extras`)",

@@ -220,6 +220,8 @@ def free_port() -> int:
 DEVICE_ENV = "SNIPPET_HARNESS_DEVICE"
 #: Makes PyTorch in every run see this many GPUs (tests/harness/test_gpu_hiding.py).
 FAKE_GPUS_ENV = "SNIPPET_HARNESS_FAKE_GPUS"
+#: Runs the tests' one-GPU cases on the CPU, at world size 1 (tests/devices.py).
+REHEARSE_ENV = "SNIPPET_HARNESS_REHEARSE"
 
 
 def own_gpus(count: int) -> str:

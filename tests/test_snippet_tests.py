@@ -48,16 +48,20 @@ def test_snippet_lines_fit_the_page():
 NO_GPU_TEST = {"slurm/gpu_tests.sbatch": "it is the job that runs the GPU tests"}
 
 
-def runs_on_gpus(marks) -> bool:
-    """Marked multigpu, or parametrised with a case that is (tests.devices.on_each_device)."""
-    return any(m.name == "multigpu" or m.name == "parametrize" and any(
-        mark.name == "multigpu" for case in m.args[1] for mark in getattr(case, "marks", ()))
+def runs_on_gpus(marks, gpus: int | None = None) -> bool:
+    """Marked multigpu (``multigpu(gpus)``, when given), or parametrised with a case that
+    is (tests.devices.on_each_device)."""
+    def gpu_mark(mark):
+        return mark.name == "multigpu" and gpus in (None, mark.args[0])
+
+    return any(gpu_mark(m) or m.name == "parametrize" and any(
+        gpu_mark(mark) for case in m.args[1] for mark in getattr(case, "marks", ()))
         for m in marks)
 
 
-def multigpu_tests(test: Path) -> list[set[str]]:
-    """For each multigpu test of the file: the strings it names, directly or through a
-    module constant."""
+def multigpu_tests(test: Path, gpus: int | None = None) -> list[set[str]]:
+    """For each multigpu test of the file (that needs ``gpus``, when given): the strings
+    it names, directly or through a module constant."""
     module = importlib.import_module(".".join(test.relative_to(ROOT).with_suffix("").parts))
     tree = ast.parse(test.read_text())
     constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
@@ -66,7 +70,7 @@ def multigpu_tests(test: Path) -> list[set[str]]:
     tests = []
     for node in tree.body:
         marks = getattr(getattr(module, getattr(node, "name", ""), None), "pytestmark", [])
-        if isinstance(node, ast.FunctionDef) and runs_on_gpus(marks):
+        if isinstance(node, ast.FunctionDef) and runs_on_gpus(marks, gpus):
             tests.append({inner.value if isinstance(inner, ast.Constant) else constants[inner.id]
                           for inner in ast.walk(node)
                           if isinstance(inner, ast.Constant) and isinstance(inner.value, str)
@@ -92,6 +96,19 @@ def test_every_snippet_has_a_gpu_test():
             if not tests or shares and not any(rel in named for named in tests):
                 missing.append(f"{rel}: no multigpu test in {test.relative_to(ROOT)}"
                                + (" names it" if tests else ""))
+    assert not missing, "\n".join(missing)
+
+
+#: Python scripts without a one-GPU case, and why.
+NO_ONE_GPU_CASE: dict[str, str] = {}
+
+
+def test_every_script_that_runs_as_one_process_has_a_one_gpu_case():
+    """So that one GPU for a few minutes (tools/gpu-check) runs every script's CUDA path."""
+    missing = [f"{rel}: no multigpu(1) test in {mirror_test(path).relative_to(ROOT)}"
+               for path in snippet_files() if path.suffix == ".py"
+               and (rel := path.relative_to(SNIPPETS).as_posix()) not in NO_ONE_GPU_CASE
+               and not multigpu_tests(mirror_test(path), gpus=1)]
     assert not missing, "\n".join(missing)
 
 

@@ -213,10 +213,14 @@ def page_range(app, doctree):
 
 
 def _page_range(ranges: dict) -> str:
-    """The releases every snippet passed on, as "PyTorch A to B", or "PyTorch" if none."""
+    """The releases every snippet passed on, as "PyTorch A to B"; where no release is
+    common to all, the span of them all, "by script"."""
     oldest = max((r[0] for r in ranges.values()), key=_key)
     newest = min((r[1] for r in ranges.values()), key=_key)
-    return _range_text(oldest, newest) if _key(oldest) <= _key(newest) else "PyTorch"
+    if _key(oldest) <= _key(newest):
+        return _range_text(oldest, newest)
+    return _range_text(min((r[0] for r in ranges.values()), key=_key),
+                       max((r[1] for r in ranges.values()), key=_key)) + ", by script"
 
 
 def releases(ranges: dict) -> list:

@@ -33,15 +33,18 @@ def assert_checkpoint_matches(path, device, atol):
     assert_same_state(state, {key: value.cpu() for key, value in expected.items()}, atol)
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_on_cpu_dataparallel_calls_the_model_unchanged(tmp_path, device):
-    """On two GPUs the batch is split, and the results match one GPU's within 1e-5."""
-    env = {"CUDA_VISIBLE_DEVICES": own_gpus(2)} if device.gpus else None
+    """On two GPUs the batch is split, and the results match one GPU's within 1e-5; on
+    one GPU DataParallel calls the model on cuda:0 with the whole batch."""
+    gpus = device.ranks(2) if device.cuda else 0
+    env = {"CUDA_VISIBLE_DEVICES": own_gpus(gpus)} if device.cuda else None
     result = run(SNIPPET, workdir=tmp_path, env=env)
     device.check_output(result)
-    assert f"GPUs used: {device.gpus}" in result.stdout
-    if device.gpus:
+    assert f"GPUs used: {gpus}" in result.stdout
+    if device.cuda:
         assert "parameters live on: cuda:0" in result.stdout
-    assert device.pick("256 rows on cpu", "128 rows on cuda:0, 128 rows on cuda:1") in result.stdout
+    split = ", ".join(f"{256 // gpus} rows on cuda:{i}" for i in range(gpus))
+    assert device.pick("256 rows on cpu", split) in result.stdout
     assert_checkpoint_matches(tmp_path / "dataparallel.pt", device.pick("cpu", "cuda:0"),
                               atol=device.pick(0, 1e-5))

@@ -72,7 +72,7 @@ def test_torchrun_and_an_imported_worker_work_a_worker_defined_in_the_notebook_f
     """On GPUs each way uses every GPU, and nvidia-smi -L lists them."""
     result, cells = execute()
     assert sorted(cells) == [1, 2, 3, 4, 5, 6], result.stdout
-    if device.gpus:
+    if device.cuda:
         import torch
 
         assert_the_three_ways(cells, torch.cuda.device_count(), "nccl on cuda")

@@ -3,7 +3,7 @@
 import pytest
 
 from harness.launch import run
-from harness.outputs import check_output
+from tests.devices import on_each_device
 from tests.on_gpus import NcclLogs
 
 SNIPPET = "basics/ranks.py"
@@ -14,11 +14,20 @@ def table(stdout):
     return [(int(rank), int(node), int(local), device) for rank, node, local, device in rows]
 
 
-def test_two_nodes_of_two_processes():
-    result = run(SNIPPET, launcher="torchrun-static", nnodes=2, nproc=2)
-    check_output(result)
-    assert result.stdout.startswith("world size 4, 2 processes per node")
-    assert table(result.stdout) == [(0, 0, 0, "cpu"), (1, 0, 1, "cpu"), (2, 1, 0, "cpu"), (3, 1, 1, "cpu")]
+@on_each_device(gpus=1, one_gpu=True)
+def test_two_nodes_of_two_processes(device):
+    """On one GPU the page's command at one node of one process: rank 0 takes cuda:0 and
+    gathers the table over NCCL."""
+    per_node = nodes = device.ranks(2)
+    result = run(SNIPPET, launcher="torchrun-static", nnodes=nodes, nproc=per_node,
+                 env=device.env())
+    device.check_output(result)
+    assert result.stdout.startswith(
+        f"world size {nodes * per_node}, {per_node} processes per node")
+    assert table(result.stdout) == [
+        (rank, rank // per_node, rank % per_node, device.pick("cpu", f"cuda:{rank % per_node}"))
+        for rank in range(nodes * per_node)]
+    device.assert_ran(nodes * per_node, result=result)  # all_gather_object over NCCL
 
 
 @pytest.mark.multigpu(2)

@@ -18,8 +18,10 @@ def assert_every_rank_spoke(result, world_size: int) -> None:
     assert sorted(warned) == [str(r) for r in range(world_size)]
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_every_process_prints_its_rank_on_stdout_and_stderr(device):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, env=device.env())
-    assert_every_rank_spoke(result, 2)
-    device.assert_ran(2, result=result)  # its barrier, over NCCL
+    """On GPUs each process sets its GPU, and its barrier runs over NCCL."""
+    ranks = device.ranks(2)
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, env=device.env())
+    assert_every_rank_spoke(result, ranks)
+    device.assert_ran(ranks, result=result)  # its barrier, over NCCL

@@ -21,16 +21,17 @@ CRASH = ("--fail-at-step", "25")  # the last rank crashes after the checkpoint o
 RESUMED = "resuming from the checkpoint of step 20"
 
 
-def elastic(*args, nnodes=1, check=True, workdir=None, env=None):
-    """torchrun --max-restarts=1 elastic.py: 2 ranks on one node, or 1 on each of 2 nodes."""
+def elastic(*args, nnodes=1, check=True, workdir=None, env=None, ranks=2):
+    """torchrun --max-restarts=1 elastic.py: ``ranks`` ranks (2) on one node, or one on each
+    of 2 nodes."""
     base = "torchrun" if nnodes == 1 else "torchrun-c10d"
     return run(SNIPPET, *args, launcher=f"{base}+restarts", max_restarts=1, nnodes=nnodes,
-               nproc=2 // nnodes, env={**ENV, **(env or {})}, timeout=180, check=check,
+               nproc=ranks // nnodes, env={**ENV, **(env or {})}, timeout=180, check=check,
                workdir=workdir)
 
 
-def crash_and_resume(nnodes=1, check=True, workdir=None, env=None):
-    return elastic(*CRASH, nnodes=nnodes, check=check, workdir=workdir, env=env)
+def crash_and_resume(nnodes=1, check=True, workdir=None, env=None, ranks=2):
+    return elastic(*CRASH, nnodes=nnodes, check=check, workdir=workdir, env=env, ranks=ranks)
 
 
 def final_state(result):
@@ -47,8 +48,10 @@ def assert_same_training(result, reference):
 @shared
 def reference(device):
     """On the CPU the page's several-nodes command without the crash: two agents of one
-    rank each; on GPUs, the one-node command without the crash (2 ranks, one per GPU)."""
-    return elastic(nnodes=device.pick(2, 1))
+    rank each; on GPUs, the one-node command without the crash (2 ranks, one per GPU); at
+    world size 1, one rank on one node."""
+    ranks = device.ranks(2)
+    return elastic(nnodes=device.pick(2, 1) if ranks > 1 else 1, ranks=ranks)
 
 
 def test_on_two_nodes_without_failure_it_trains_from_scratch():
@@ -58,18 +61,20 @@ def test_on_two_nodes_without_failure_it_trains_from_scratch():
     assert final_state(uninterrupted)["step"] == 40
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_after_a_crash_all_workers_restart_and_resume_bit_identically(device):
     """On GPUs the resumed run matches too, within 1e-6, its state loaded where it was
-    saved, on the GPUs."""
-    result = crash_and_resume(env=device.env())
+    saved, on the GPUs. On one GPU the only rank crashes, and restarts alone."""
+    ranks = device.ranks(2)
+    result = crash_and_resume(env=device.env(), ranks=ranks)
     device.check_output(result)
-    if not device.gpus:
-        assert "RuntimeError: simulated crash of rank 1 at step 25" in result.text
-        assert "failed (exitcode: 1) local_rank: 1" in result.text  # torchrun's report
+    if not device.cuda:
+        last = ranks - 1  # the rank that crashes
+        assert f"RuntimeError: simulated crash of rank {last} at step 25" in result.text
+        assert f"failed (exitcode: 1) local_rank: {last}" in result.text  # torchrun's report
     assert "restart count 1: " + RESUMED in result.stdout
-    device.assert_ran(4, result=result)  # both ranks of the first start, and of the restart
-    if device.gpus:
+    device.assert_ran(2 * ranks, result=result)  # every rank of the first start and the restart
+    if device.cuda:
         state, expected = final_state(result), final_state(reference(device))
         assert all(value.is_cuda for value in state["model"].values())  # loaded where saved
         assert_same_state(state["model"], expected["model"], atol=1e-6)

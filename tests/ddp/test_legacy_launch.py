@@ -3,7 +3,7 @@
 import re
 
 from harness.launch import DEFAULT_TIMEOUT, run
-from harness.outputs import check_output, check_text
+from harness.outputs import check_text
 from tests.ddp.train_runs import stderr_lines
 from tests.devices import on_each_device
 
@@ -26,14 +26,18 @@ def test_torch_distributed_launch_still_exists_and_passes_an_argument_the_script
     check_text(f"FutureWarning: {warning}\n\n{usage[0]}\n{errors[0]}\n", SNIPPET, "launch")
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_under_torchrun_every_process_thinks_it_is_local_rank_0(device):
-    """On the CPU both processes say so; on GPUs both take the first GPU, and NCCL refuses."""
-    result = run(SNIPPET, launcher="torchrun", nproc=2, check=not device.gpus,
-                 timeout=device.pick(DEFAULT_TIMEOUT, 120))
-    if device.gpus:
+    """On the CPU both processes say so; on GPUs both take the first GPU, and NCCL refuses.
+    One process on one GPU is right to think so: it trains on cuda:0 over NCCL."""
+    ranks = device.ranks(2)
+    refused = device.cuda and ranks > 1  # two processes on cuda:0
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, check=not refused,
+                 env=None if refused else device.env(), timeout=device.pick(DEFAULT_TIMEOUT, 120))
+    if refused:
         assert result.returncode != 0
         assert "Duplicate GPU detected" in result.text
     else:
-        check_output(result, "torchrun")
-        assert "the processes think their local ranks are [0, 0]" in result.stdout
+        device.check_output(result, "torchrun")
+        assert f"the processes think their local ranks are {[0] * ranks}" in result.stdout
+        device.assert_ran(ranks, result=result)  # DDP on cuda:0 over NCCL

@@ -9,9 +9,10 @@ from tests.devices import on_each_device
 SNIPPET = "ddp/monitoring.py"
 
 
-def monitor(*args, env=None):
-    """torchrun monitoring.py on 2 ranks: the result and {rank: (device, alone, training, MiB)}."""
-    result = run(SNIPPET, *args, launcher="torchrun", nproc=2, timeout=120, env=env)
+def monitor(*args, nproc=2, env=None):
+    """torchrun monitoring.py on ``nproc`` ranks: the result and
+    {rank: (device, alone, training, MiB)}."""
+    result = run(SNIPPET, *args, launcher="torchrun", nproc=nproc, timeout=120, env=env)
     rows = {}
     for line in result.stdout.splitlines():
         fields = line.split()
@@ -21,16 +22,16 @@ def monitor(*args, env=None):
 
 
 def assert_one_row_per_rank(rows, devices=("cpu", "cpu")):
-    assert sorted(rows) == [0, 1]
-    assert [rows[rank][0] for rank in (0, 1)] == list(devices)
+    assert sorted(rows) == list(range(len(devices)))
+    assert [rows[rank][0] for rank in sorted(rows)] == list(devices)
     for _, alone, training, memory in rows.values():
         assert alone > 0 and training > 0 and memory > 0
 
 
 @shared
 def normal(device):
-    result, rows = monitor(env=device.env())
-    device.assert_ran(2, result=result)
+    result, rows = monitor(nproc=device.ranks(2), env=device.env())
+    device.assert_ran(device.ranks(2), result=result)
     return result, rows
 
 
@@ -40,14 +41,15 @@ def slow():
     return monitor("--slow-rank", "1")
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_every_rank_reports_its_speed_and_memory(device):
     """On GPUs memory is measured per device: torch.cuda.max_memory_allocated(), not the
     process's size."""
     result, rows = normal(device)
     device.check_output(result)
-    assert_one_row_per_rank(rows, devices=device.pick(("cpu", "cpu"), ("cuda:0", "cuda:1")))
-    if device.gpus:
+    ranks = device.ranks(2)
+    assert_one_row_per_rank(rows, devices=[device.pick("cpu", f"cuda:{r}") for r in range(ranks)])
+    if device.cuda:
         assert "torch.cuda.max_memory_allocated()" in result.stdout  # not the process's size
     else:
         assert "no rank is much slower than the others" in result.stdout

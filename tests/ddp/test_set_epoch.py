@@ -20,9 +20,9 @@ def shares(section: str) -> list[tuple[list[int], list[int]]]:
 def test_without_set_epoch_every_epoch_repeats_the_first_shuffle(device):
     """The sampler never touches a GPU: on a GPU node the shares are the same, the output
     the page shows; the run's process saw the GPUs, which changed nothing."""
-    result = run_seeing_gpus(SNIPPET) if device.gpus else run(SNIPPET)
+    result = run_seeing_gpus(SNIPPET) if device.cuda else run(SNIPPET)
     check_output(result)  # on GPUs too: the indices do not depend on the machine
-    if device.gpus:
+    if device.cuda:
         assert_saw_gpus(result, 1)  # the GPUs were there, and changed nothing
     without, with_set_epoch = result.stdout.split("with sampler.set_epoch(epoch):")
     for epochs in (shares(without), shares(with_set_epoch)):

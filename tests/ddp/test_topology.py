@@ -1,6 +1,7 @@
 """snippets/ddp/topology.py, shown on docs/ddp/topology.md."""
 
 import os
+import re
 
 from harness.launch import own_gpus, run
 from tests.devices import on_each_device
@@ -22,28 +23,32 @@ def table(stdout):
     return rows
 
 
-def topology(**env):
-    return run(SNIPPET, launcher="torchrun", nproc=2, env=env, timeout=120)
+def topology(nproc=2, **env):
+    return run(SNIPPET, launcher="torchrun", nproc=nproc, env=env, timeout=120)
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_on_cpu_every_rank_reports_its_place(device):
-    """On GPUs each rank drives its own GPU (all_gather_object over NCCL), and
-    CUDA_VISIBLE_DEVICES renumbers them."""
-    result = topology(**device.env())
+    """On GPUs each rank drives its own GPU (all_gather_object over NCCL), named with its
+    PCI bus ID, and CUDA_VISIBLE_DEVICES renumbers them."""
+    ranks = device.ranks(2)
+    result = topology(ranks, **device.env())
     device.check_output(result)
     rows = table(result.stdout)
     assert [(r["rank"], r["host"], r["local"], r["device"]) for r in rows] == [
-        ("0", "0", "0", device.pick("cpu", "cuda:0")), ("1", "0", "1", device.pick("cpu", "cuda:1"))]
-    if device.gpus:
-        device.assert_ran(2, result=result)  # all_gather_object over NCCL
+        (str(rank), "0", str(rank), device.pick("cpu", f"cuda:{rank}")) for rank in range(ranks)]
+    if device.cuda:
+        device.assert_ran(ranks, result=result)  # all_gather_object over NCCL
+        assert all(r["gpu"] != "-" and re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0",
+                                                     r["bus_id"]) for r in rows), result.stdout
+    if device.cuda and ranks > 1:
         assert rows[0]["bus_id"] != rows[1]["bus_id"]
         # Reverse the visible GPUs: each rank still uses its cuda:<local rank>, now the other card.
         visible = own_gpus(2).split(",")
         swapped = table(topology(CUDA_VISIBLE_DEVICES=",".join(reversed(visible))).stdout)
         assert [r["device"] for r in swapped] == ["cuda:0", "cuda:1"]
         assert [r["bus_id"] for r in swapped] == [rows[1]["bus_id"], rows[0]["bus_id"]]
-    else:
+    if not device.cuda:
         assert all(r["gpu"] == "-" and r["bus_id"] == "-" and r["visible"] == "(unset)"
                    for r in rows)
         allowed = len(os.sched_getaffinity(0))

@@ -56,10 +56,11 @@ def test_a_session_with_two_gpus_runs_the_cpu_tests_on_the_cpu(tmp_path):
     session = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:xdist", "-o",
          f"cache_dir={tmp_path / 'cache'}",
-         "tests/basics/test_ranks.py::test_two_nodes_of_two_processes",  # expects gloo, cpu
+         "tests/basics/test_ranks.py::test_two_nodes_of_two_processes[cpu]",  # gloo, cpu
          # fully_shard without mesh= would shard onto the device of the build: cuda
          "tests/memory/test_fsdp2.py::test_bf16_compute_keeps_fp32_shards",
-         "tests/model_parallel/test_hybrid_2d.py::test_on_four_gpus"],
+         "tests/model_parallel/test_hybrid_2d.py::"
+         "test_four_ranks_give_the_loss_and_gradients_of_one_process[4-gpus]"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     report = session.stdout + session.stderr
     assert re.search(r"^2 passed, 1 skipped in ", session.stdout, re.M), report

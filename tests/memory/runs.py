@@ -48,7 +48,7 @@ def torchrun(name, nproc, *args):
 def torchrun_on(device, name, nproc, *args):
     """:func:`torchrun` on the device: on the CPU the same run; on GPUs over NCCL, in as
     many processes (its logs show it)."""
-    if not device.gpus:
+    if not device.cuda:
         return torchrun(name, nproc, *args)
     result = run(name, *args, launcher="torchrun", nproc=nproc, workdir=workdir(),
                  env=device.env(name))

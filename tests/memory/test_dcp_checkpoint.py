@@ -8,6 +8,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from harness.launch import run
 from harness.outputs import check_output
 from tests.compare import load
+from tests.devices import on_each_device
 from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference, torchrun
 from tests.on_gpus import NcclLogs
 
@@ -24,15 +25,25 @@ def checkpoint(folder, tmp_path):
     return load(tmp_path / "check.pt")["app"]
 
 
-def test_two_ranks_write_one_checkpoint_per_epoch_with_a_file_per_rank(tmp_path):
-    runs = dcp_runs()
-    check_output(runs.first, variant="2ranks")
-    assert "starting from scratch on 2 ranks" in runs.first.stdout
-    folder = runs.folder / "checkpoints/epoch_2"
-    assert files(folder) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+@on_each_device(gpus=1)
+def test_every_rank_writes_a_file_of_one_checkpoint_per_epoch(device, tmp_path):
+    """2 ranks on the CPU (the run the next test resumes); on one GPU, at world size 1,
+    FSDP2 on cuda:0 writes its shards from the GPU."""
+    ranks = device.ranks(2)
+    if device.gpus:
+        first = run(SNIPPET, "--epochs", "2", launcher="torchrun", nproc=ranks,
+                    workdir=tmp_path / "run", env=device.env())
+        device.assert_ran(ranks, result=first)  # on GPUs: NCCL ran in every process
+    else:
+        first = dcp_runs().first
+    device.check_output(first, variant="2ranks")
+    assert f"starting from scratch on {ranks} ranks" in first.stdout
+    folder = first.workdir / "checkpoints/epoch_2"
+    assert files(folder) == [".metadata"] + [f"__{r}_0.distcp" for r in range(ranks)]
     app = checkpoint(folder, tmp_path)
-    assert (app["epoch"], app["world_size"]) == (2, 2)
-    assert_same_weights(app["model"], reference(SNIPPET, epochs=2))
+    assert (app["epoch"], app["world_size"]) == (2, ranks)
+    assert_same_weights(app["model"], reference(SNIPPET, epochs=2),
+                        atol=device.pick(1e-5, GPU_ATOL))
 
 
 def test_four_ranks_resume_the_two_rank_checkpoint_like_an_uninterrupted_run(tmp_path):

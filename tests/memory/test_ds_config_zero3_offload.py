@@ -1,7 +1,6 @@
 """snippets/memory/ds_config_zero3_offload.json, shown on docs/memory/deepspeed.md."""
 
-import pytest
-
+from tests.devices import on_each_device
 from tests.memory.runs import assert_ds_config_holds, deepspeed_gpu_run, needs_deepspeed
 
 #: Bytes per parameter each rank holds, with N ranks.
@@ -10,11 +9,7 @@ CONFIG = "memory/ds_config_zero3_offload.json"
 
 
 @needs_deepspeed
-def test_stage_3_offload_keeps_a_working_and_an_fp32_gradient_partition():
-    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES)
-
-
-@needs_deepspeed
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_too():
-    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES, runs={2: deepspeed_gpu_run()})
+@on_each_device(gpus=2)
+def test_stage_3_offload_keeps_a_working_and_an_fp32_gradient_partition(device):
+    runs = {2: deepspeed_gpu_run()} if device.cuda else None  # on the CPU: 1, 2 and 4 ranks
+    assert_ds_config_holds(CONFIG.split("/")[1], **BYTES, runs=runs)

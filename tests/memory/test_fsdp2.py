@@ -19,14 +19,17 @@ def sharding_line(ranks, where="cpu"):
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_each_rank_holds_one_nth_and_training_matches_one_process(device, ranks):
-    if device.gpus and ranks != device.gpus:
-        pytest.skip(f"on GPUs the suite runs {device.gpus} ranks")
-    result = torchrun_on(device, SNIPPET, ranks, *RUNS[ranks])
+    """On one GPU the plain run at world size 1: one rank holds the whole model, on cuda."""
+    if device.gpus and ranks != 2:
+        pytest.skip(f"on GPUs the suite runs the plain command at world size {device.ranks(2)}")
+    options = RUNS[ranks]  # the CPU's run for that many ranks; on GPUs the plain one
+    ranks = device.ranks(ranks)
+    result = torchrun_on(device, SNIPPET, ranks, *options)  # on GPUs: NCCL ran in each
     device.check_output(result, variant=None if ranks == 2 else "offload")
     # the shards on the device, or on the CPU when offloaded
-    where = "cpu" if "--offload" in RUNS[ranks] else device.type
+    where = "cpu" if "--offload" in options else device.type
     assert sharding_line(ranks, where) in result.stdout
     rows = held_table(result.stdout)[""]
     assert len(rows) == ranks

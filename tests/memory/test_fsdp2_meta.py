@@ -49,15 +49,17 @@ def test_pretrained_checkpoint_is_one_process_training():
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_process(device, ranks):
-    if device.gpus and ranks != device.gpus:
-        pytest.skip(f"on GPUs the suite runs {device.gpus} ranks")
+    """On one GPU: pretrained on cuda:0, then built on meta and loaded onto it at world size 1."""
+    if device.gpus and ranks != 2:
+        pytest.skip(f"on GPUs the suite runs world size {device.ranks(2)}")
+    ranks = device.ranks(ranks)
     result = sharded_run(ranks, device)
     device.check_output(result, variant=None if ranks == 2 else "4ranks")
     shares = peaks(result.stdout)
     assert sorted(shares) == list(range(ranks))
-    if not device.gpus:
+    if not device.cuda:
         whole = 16 * PARAMETERS
         for share in shares.values():
             assert share == pytest.approx(1 / ranks, rel=0.03)  # 1/N within a few per cent
@@ -68,8 +70,9 @@ def test_no_rank_holds_more_than_its_share_and_training_goes_on_as_in_one_proces
     else:
         # Adam's foreach step (its default on CUDA) computes a temporary for every shard at
         # once: weights, gradients, two moments and that, 1.25/N; the allocator's rounding
-        # of each tensor up to 512 bytes adds about 0.011 here
-        assert all(1.25 / 2 <= share < 0.675 for share in shares.values()), shares
+        # of each tensor up to 512 bytes adds about 0.011 here (less at world size 1)
+        assert all(1.25 / ranks <= share < 1.25 / ranks + 0.05
+                   for share in shares.values()), shares
     assert "differ from pretrained.pt by at most 0.0e+00" in result.stdout
     # one epoch in one process, then one more sharded: two epochs in one process
     assert_same_weights(saved(result, "fsdp2_meta.pt"), reference(SNIPPET, epochs=2),

@@ -43,15 +43,15 @@ def without_the_copy():
 def test_on_cpu_it_trains_like_the_unsplit_model_and_cannot_see_a_missing_copy(
         device, tmp_path, monkeypatch, capsys):
     """On GPUs the activations move from one GPU to the other, and a missing copy fails."""
-    env = {"CUDA_VISIBLE_DEVICES": own_gpus(2)} if device.gpus else None
+    env = {"CUDA_VISIBLE_DEVICES": own_gpus(2)} if device.cuda else None
     result = run(SNIPPET, workdir=tmp_path, env=env)
     device.check_output(result)
     assert result.stdout.startswith(device.pick("first half on cpu, second half on cpu",
                                                 "first half on cuda:0, second half on cuda:1"))
-    if device.gpus:
+    if device.cuda:
         assert "first half output: cuda:0\nsecond half input: cuda:1\n" in result.stdout
     assert_matches_unsplit(result, atol=device.pick(0, 1e-5))
-    if not device.gpus:
+    if not device.cuda:
         # Both halves are on the CPU: forgetting the .to() changes nothing, so only GPUs can test it.
         monkeypatch.chdir(tmp_path)
         capsys.readouterr()

@@ -30,22 +30,29 @@ def collectives(stdout):
     return rows
 
 
-@on_each_device(gpus=2)
-def test_two_ranks_give_the_loss_and_gradients_of_one_process(device, tmp_path):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=device.env())
-    device.assert_ran(2, result=result)
+@on_each_device(gpus=2, one_gpu=True)
+def test_split_layers_give_the_loss_and_gradients_of_one_process(device, tmp_path):
+    """On one GPU a mesh of one device: each rank's piece is the whole matrix, on cuda:0."""
+    ranks = device.ranks(2)
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=tmp_path, env=device.env())
+    device.assert_ran(ranks, result=result)  # on GPUs: NCCL ran in every process
     device.check_output(result)
-    assert "attn.wq.weight: full (16, 16), on this rank (8, 16), Shard(dim=0)" in result.stdout
-    assert "mlp.down.weight: full (16, 64), on this rank (16, 32), Shard(dim=1)" in result.stdout
-    assert collectives(result.stdout) == {
-        # one all-reduce after each row-parallel layer (wo, down); in backward one per
-        # column-parallel layer (wq, wk, wv, up), for the gradient of their common input
-        "tensor parallel": ["all_reduce 2", "all_reduce 4", "-"],
-        # each all-reduce becomes a reduce-scatter and an all-gather; the LayerNorm
-        # gradients, partial on each rank, are summed when the optimiser reads them
-        "+ sequence parallel": ["all_gather 3, reduce_scatter 2", "all_gather 3, reduce_scatter 2",
-                                "all_reduce 4"],
-    }
+    assert (f"attn.wq.weight: full (16, 16), on this rank ({16 // ranks}, 16), Shard(dim=0)"
+            in result.stdout)
+    assert (f"mlp.down.weight: full (16, 64), on this rank (16, {64 // ranks}), Shard(dim=1)"
+            in result.stdout)
+    if ranks == 1:  # nothing to exchange: DTensor leaves out every collective
+        assert collectives(result.stdout) == {plan: ["-"] * 3 for plan in PLANS}
+    else:
+        assert collectives(result.stdout) == {
+            # one all-reduce after each row-parallel layer (wo, down); in backward one per
+            # column-parallel layer (wq, wk, wv, up), for the gradient of their common input
+            "tensor parallel": ["all_reduce 2", "all_reduce 4", "-"],
+            # each all-reduce becomes a reduce-scatter and an all-gather; the LayerNorm
+            # gradients, partial on each rank, are summed when the optimiser reads them
+            "+ sequence parallel": ["all_gather 3, reduce_scatter 2",
+                                    "all_gather 3, reduce_scatter 2", "all_reduce 4"],
+        }
     assert_both_plans_match_one_process(result)
 
 

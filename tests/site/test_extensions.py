@@ -184,3 +184,12 @@ def test_a_lesson_links_its_terms_and_keeps_to_its_budget(tmp_path, body, proble
                          warnings), warnings
     else:
         assert "lesson.md" not in warnings, warnings
+
+
+def test_a_page_whose_scripts_share_no_release_gives_their_span_by_script():
+    import snippets
+
+    ranges = {"a.py": ("2.4.1", "2.6.0"), "b.py": ("2.8.0", "2.13.0")}
+    assert snippets._page_range(ranges) == "PyTorch 2.4.1 to 2.13.0, by script"
+    assert snippets._page_range({"a.py": ("2.4.1", "2.13.0"), "b.py": ("2.8.0", "2.15.0")}) \
+        == "PyTorch 2.8.0 to 2.13.0"

@@ -17,6 +17,7 @@ from harness.launch import run, snippet
 from harness.outputs import BARRIER_WARNING
 from harness.slurm_env import SRUN_OR_TORCHRUN
 from tests.compare import load
+from tests.devices import on_each_device
 from tests.slurm.jobs import backend
 from tests.slurm.started_by import assert_reads_its_launcher
 
@@ -41,13 +42,15 @@ def test_it_reads_the_rank_of_srun_or_torchrun_and_stops_in_the_job_script(start
     assert_reads_its_launcher("slurm/train.py", started_by, monkeypatch)
 
 
-def refuse_another_models_checkpoint(folder):
-    """train.py with 16 hidden units, then with 32 in the same folder; both runs."""
+def refuse_another_models_checkpoint(folder, ranks=2):
+    """train.py with 16 hidden units, then with 32 in the same folder, on ``ranks``
+    processes; both runs."""
     first = run("slurm/train.py", "--epochs", "1", "--hidden", "16", launcher="torchrun",
-                nproc=2, workdir=folder)
-    assert "done: 16 steps, final model in checkpoint.pt" in first.stdout
+                nproc=ranks, workdir=folder)
+    steps = 1024 // (32 * ranks)  # an epoch of 1024 samples, 32 per process and step
+    assert f"done: {steps} steps, final model in checkpoint.pt" in first.stdout
     other = run("slurm/train.py", "--epochs", "1", "--hidden", "32", launcher="torchrun",
-                nproc=2, workdir=folder, check=False)
+                nproc=ranks, workdir=folder, check=False)
     assert other.returncode != 0
     said = [line for line in other.text.splitlines() if line.startswith("train.py: ")]
     assert said == [
@@ -60,15 +63,16 @@ def refuse_another_models_checkpoint(folder):
     return first, other
 
 
-def test_a_checkpoint_of_another_model_stops_every_rank_with_one_line(tmp_path):
-    refuse_another_models_checkpoint(tmp_path)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus(tmp_path):
-    first, _ = refuse_another_models_checkpoint(tmp_path)
-    assert backend(first.stdout) == "nccl on cuda"
-    assert BARRIER_WARNING not in first.text
+@on_each_device(gpus=2, one_gpu=True)
+def test_a_checkpoint_of_another_model_stops_every_rank_with_one_line(tmp_path, device):
+    """On GPUs the same with NCCL, whose barrier must be told the process's GPU; rank 0
+    saves its model from cuda:0."""
+    first, _ = refuse_another_models_checkpoint(tmp_path, device.ranks(2))
+    if device.cuda:
+        assert backend(first.stdout) == "nccl on cuda"
+        assert BARRIER_WARNING not in first.text
+        saved = load(tmp_path / "checkpoint.pt", map_location=None)  # where it was saved
+        assert all(value.device == torch.device("cuda", 0) for value in saved["model"].values())
 
 
 def test_a_checkpoint_that_records_no_model_is_not_resumed_either(tmp_path):

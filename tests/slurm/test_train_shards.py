@@ -7,11 +7,12 @@ cluster.
 """
 
 import pytest
+import torch
 
 from harness.launch import run
 from harness.slurm_env import SRUN_OR_TORCHRUN
 from tests.compare import load
-from tests.on_gpus import NcclLogs
+from tests.devices import on_each_device
 from tests.slurm.shards import SHARDS, SNIPPET, assert_trained, make_shards, reads
 from tests.slurm.started_by import assert_reads_its_launcher
 
@@ -30,20 +31,18 @@ def test_without_its_data_it_says_what_to_give():
     assert "error: give --data DIR (or --make-shards DIR to write the example data)" in result.text
 
 
-def test_each_rank_reads_its_own_shards(tmp_path):
+@on_each_device(gpus=2, one_gpu=True)
+def test_each_rank_reads_its_own_shards(tmp_path, device):
+    """On GPUs over NCCL, each rank on its own GPU; rank 0 saves its model from cuda:0. On
+    one GPU the only rank reads every shard."""
+    ranks = device.ranks(2)
     assert make_shards(tmp_path) == SHARDS
-    result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
-                 workdir=tmp_path)
-    assert_trained(result.stdout, 2)
-    assert [r[3] for r in reads(result.stdout)] == [SHARDS[0::2], SHARDS[1::2]]
+    result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=ranks,
+                 workdir=tmp_path, env=device.env())
+    device.assert_ran(ranks, result=result)
+    assert_trained(result.stdout, ranks)
+    assert [r[3] for r in reads(result.stdout)] == [SHARDS[r::ranks] for r in range(ranks)]
     assert load(tmp_path / "checkpoint.pt")
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus(tmp_path):
-    make_shards(tmp_path)
-    logs = NcclLogs()
-    result = run(SNIPPET, "--data", "project/shards", launcher="torchrun", nproc=2,
-                 workdir=tmp_path, env=logs.env)
-    logs.assert_nccl_ran(2)
-    assert_trained(result.stdout, 2)
+    if device.cuda:
+        saved = load(tmp_path / "checkpoint.pt", map_location=None)  # where it was saved
+        assert all(value.device == torch.device("cuda", 0) for value in saved.values())

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+import torch
+
 from harness.launch import Result, run
 from harness.outputs import GLOO_ERROR, check_text
 from tests.devices import Device
@@ -28,14 +30,20 @@ def run_together(**launches: dict) -> dict[str, Result]:
 def bug_and_fix(script: str, device: Device) -> dict[str, Result]:
     """The snippet run twice at once with torchrun on 2 processes: as shown, with a short
     collective timeout (``bug``), and with ``--fix`` (``fix``). On GPUs the timeout is
-    longer, as NCCL starts slower, and both runs' processes ran NCCL (its logs show it)."""
-    common = dict(script=script, launcher="torchrun", nproc=2, timeout=device.pick(90, 240),
-                  check=False)
-    runs = run_together(bug=dict(common, args=["--timeout", str(device.pick(5, 20))],
-                                 env=device.env("bug")),
-                        fix=dict(common, args=["--fix"], env=device.env("fix")))
+    longer, as NCCL starts slower, and both runs' processes ran NCCL (its logs show it).
+    At world size 1 (the one-GPU case) only ``fix`` runs: with no other rank to wait
+    for, the bug cannot hang."""
+    ranks = device.ranks(2)
+    common = dict(script=script, launcher="torchrun", nproc=ranks,
+                  timeout=device.pick(90, 240), check=False)
+    launches = {}
+    if ranks > 1:
+        launches["bug"] = dict(common, args=["--timeout", str(device.pick(5, 20))],
+                               env=device.env("bug"))
+    launches["fix"] = dict(common, args=["--fix"], env=device.env("fix"))
+    runs = run_together(**launches)
     for name, result in runs.items():
-        device.assert_ran(2, name, result)
+        device.assert_ran(ranks, name, result)
     return runs
 
 
@@ -71,3 +79,12 @@ def check_errors(result: Result, variant: str, lines: list[str]) -> None:
     """Compare (or record) these lines with <snippet>.<variant>.out, as check_output does."""
     assert lines, result.report()
     check_text("\n".join(lines) + "\n", result.script, variant)
+
+
+def saved_from(path) -> set[str]:
+    """Where the tensors of a checkpoint were when it was saved ("cpu", "cuda:0"): read
+    on the CPU, so that no GPU is needed to say it."""
+    where = set()
+    torch.load(path, map_location=lambda storage, location: where.add(location) or storage,
+               weights_only=True)
+    return where

@@ -6,6 +6,7 @@ import pytest
 
 from harness.launch import run, shared
 from harness.outputs import check_output
+from tests.devices import on_each_device
 from tests.troubleshooting.common import check_errors, error_lines, run_together
 
 SNIPPET = "troubleshooting/connect.py"
@@ -49,7 +50,13 @@ def test_an_unknown_host_name_keeps_the_launcher_retrying(runs):
     check_errors(result, "unknown-host", lines[:1])
 
 
-@pytest.mark.multigpu(2)
-def test_on_gpus_every_process_answers_over_nccl():
-    result = run(SNIPPET, launcher="torchrun", nproc=2, timeout=180)
-    assert result.stdout == "2 of 2 processes answered, on 1 host(s), using nccl\n"
+@on_each_device(gpus=2, one_gpu=True)
+def test_on_one_node_every_process_answers_over_its_backend(device):
+    """torchrun on one node; on GPUs each process on its own GPU, over NCCL (on one GPU,
+    at world size 1)."""
+    ranks = device.ranks(2)
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, timeout=device.pick(60, 180),
+                 env=device.env())
+    device.assert_ran(ranks, result=result)
+    assert result.stdout == (f"{ranks} of {ranks} processes answered, on 1 host(s), "
+                             f"using {device.backend}\n")

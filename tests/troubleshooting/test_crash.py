@@ -53,7 +53,7 @@ def test_torchrun_names_the_rank_and_its_signal_and_the_rank_left_its_stack(tmp_
     result = run_copy(tmp_path, device.pick(90, 180), env=device.env())
     cause, log = assert_rank_1_died_of_sigsegv(result)
     device.assert_ran(2, result=result)  # on GPUs, steps 0 to 2 all-reduced over NCCL
-    if not device.gpus:  # the pages show the CPU run
+    if not device.cuda:  # the pages show the CPU run
         check_text(result.stdout, SNIPPET)
         check_text(cause, SNIPPET, "summary")
         check_text(log, SNIPPET, "faulthandler")

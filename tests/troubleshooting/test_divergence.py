@@ -14,12 +14,17 @@ SNIPPET = "troubleshooting/divergence.py"
 @shared
 def runs(device):
     """The snippet as shown (``right``) and with ``--bug``, at once; on GPUs both runs'
-    processes ran NCCL."""
-    common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=device.pick(90, 240))
-    runs = run_together(right=dict(common, env=device.env("right")),
-                        bug=dict(common, args=["--bug"], env=device.env("bug")))
+    processes ran NCCL. At world size 1 (the one-GPU case) only ``right``: one replica
+    cannot drift from another."""
+    ranks = device.ranks(2)
+    common = dict(script=SNIPPET, launcher="torchrun", nproc=ranks,
+                  timeout=device.pick(90, 240))
+    launches = dict(right=dict(common, env=device.env("right")))
+    if ranks > 1:
+        launches["bug"] = dict(common, args=["--bug"], env=device.env("bug"))
+    runs = run_together(**launches)
     for name, result in runs.items():
-        device.assert_ran(2, name, result)
+        device.assert_ran(ranks, name, result)
     return runs
 
 
@@ -29,15 +34,25 @@ def table(stdout):
     return {int(r): (float(a), float(c)) for r, a, c in rows}
 
 
-@on_each_device(gpus=2)
+def whole_accuracy(stdout):
+    return float(re.search(r"^accuracy on the whole validation set: ([\d.]+)$", stdout,
+                           re.M)[1])
+
+
+@on_each_device(gpus=2, one_gpu=True)
 def test_ranks_report_different_accuracies_on_identical_replicas(device):
+    """On one GPU: DDP on CUDA over NCCL, and rank 0's share is the whole validation set."""
+    ranks = device.ranks(2)
     result = runs(device)["right"]
     device.check_output(result)
     rows = table(result.stdout)
-    assert sorted(rows) == [0, 1]
-    if not device.gpus:
-        assert rows[0][0] != rows[1][0]  # each rank's share of the data differs...
-    assert rows[0][1] == rows[1][1]  # ...but the model is the same
+    assert sorted(rows) == list(range(ranks))
+    if ranks > 1:
+        if not device.cuda:
+            assert rows[0][0] != rows[1][0]  # each rank's share of the data differs...
+        assert rows[0][1] == rows[1][1]  # ...but the model is the same
+    else:  # the only rank's share is the whole set
+        assert rows[0][0] == whole_accuracy(result.stdout)
     assert "replicas identical: yes" in result.stdout
 
 
@@ -48,6 +63,6 @@ def test_training_through_model_module_lets_the_replicas_drift_apart(device):
     rows = table(result.stdout)
     assert rows[0][1] != rows[1][1]
     assert "replicas identical: NO" in result.stdout
-    if not device.gpus:
+    if not device.cuda:
         # the checksum of rank 0 also differs from that of the right run: it trained alone
         assert rows[0][1] != pytest.approx(table(runs(device)["right"].stdout)[0][1], abs=1e-4)

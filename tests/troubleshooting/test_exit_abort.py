@@ -13,12 +13,17 @@ from tests.devices import on_each_device
 SNIPPET = "troubleshooting/exit_abort.py"
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_with_the_pause_every_rank_ends_with_exit_code_0(device):
-    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=2, timeout=device.pick(60, 120))
+    """On GPUs the gather runs over NCCL, on each process's own GPU (``device_id``)."""
+    ranks = device.ranks(2)
+    result = run(SNIPPET, "--fix", launcher="torchrun", nproc=ranks,
+                 timeout=device.pick(60, 120), env=device.env())
+    device.assert_ran(ranks, result=result)
     device.check_output(result)
-    assert result.stdout == f"rank 0 gathered [1.0, 2.0] with {device.backend}\n"
-    if not device.gpus:  # gloo's crash at exit
+    gathered = [rank + 1.0 for rank in range(ranks)]  # [1.0, 2.0] with 2 ranks
+    assert result.stdout == f"rank 0 gathered {gathered} with {device.backend}\n"
+    if not device.cuda:  # gloo's crash at exit
         assert not EXIT_ABORT.search(result.text)
 
 

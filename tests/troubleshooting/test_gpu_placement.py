@@ -23,7 +23,7 @@ def test_on_the_cpu_every_process_reports(tmp_path, device):
     result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path)
     device.check_output(result)
     table = rows(result.stdout)
-    if device.gpus:
+    if device.cuda:
         assert [r[1] for r in table] == ["cuda:0", "cuda:1"]
         assert [r[3] for r in table] == ["cuda:0", "cuda:1"]  # checkpoint on its own GPU
         assert table[1][4] == "0"  # rank 1 allocated nothing on GPU 0

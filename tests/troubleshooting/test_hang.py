@@ -8,14 +8,14 @@ import re
 
 import pytest
 
-from harness.launch import run
+from harness.launch import Result, run
 from harness.outputs import check_text
 from tests.devices import on_each_device
 from tests.slurm.jobs import GPUS, job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.slurm.started_by import assert_stopped_with_one_line
 from tests.troubleshooting import stuck_job
-from tests.troubleshooting.common import check_errors, error_lines
+from tests.troubleshooting.common import check_errors, error_lines, saved_from
 from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
 
 JOB = "troubleshooting/hang.sbatch"
@@ -61,24 +61,40 @@ def test_on_a_gpu_cluster(monkeypatch):
     stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # stuck in NCCL
 
 
-def monitored(timeout: float, env=None):
-    """hang.py with a monitored barrier before each all-reduce, under torchrun on 2
-    processes; the lines that name the missing rank."""
-    result = run(SCRIPT, "--monitored-barrier", "5", launcher="torchrun", nproc=2,
-                 timeout=timeout, check=False, env=env)
+def monitored(ranks: int, timeout: float, env=None) -> Result:
+    """hang.py with a monitored barrier before each all-reduce, under torchrun on
+    ``ranks`` processes."""
+    return run(SCRIPT, "--monitored-barrier", "5", launcher="torchrun", nproc=ranks,
+               timeout=timeout, check=False, env=env)
+
+
+def assert_named_the_missing_rank(result: Result) -> list[str]:
+    """Rank 0 logged steps 0 to 3, then failed naming rank 1; returns that line."""
     assert not result.timed_out and result.returncode != 0, result.report()
     assert re.findall(r"(?m)^step (\d+): ", result.stdout) == ["0", "1", "2", "3"]
     # the exception's line (rank 1, left alone, may also fail when rank 0 has gone)
     lines = [line for line in error_lines(result) if "monitoredBarrier" in line]
     assert lines == ["[rank0]: RuntimeError: [Rank 0]: Ranks 1 failed to pass "
                      "monitoredBarrier in 5000 ms"], result.report()
-    return result, lines
+    return lines
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_a_monitored_barrier_names_the_rank_that_did_not_arrive(device):
-    """On GPUs too: the monitored barrier runs in its gloo group."""
-    result, lines = monitored(timeout=300, env=device.env())
-    device.assert_ran(2, result=result)  # on GPUs, the all-reduces of steps 0 to 3, over NCCL
-    if not device.gpus:  # the pages show the CPU run
-        check_errors(result, "monitor", lines)
+    """On GPUs too: the monitored barrier runs in its gloo group. At world size 1 (one
+    GPU) rank 1, which skips, is not there: every step and the checkpoint go through."""
+    ranks = device.ranks(2)
+    result = monitored(ranks, timeout=300, env=device.env())
+    # on GPUs, the all-reduces of the steps over NCCL (of steps 0 to 3 with 2 ranks)
+    device.assert_ran(ranks, result=result)
+    if ranks > 1:
+        lines = assert_named_the_missing_rank(result)
+        if not device.cuda:  # the pages show the CPU run
+            check_errors(result, "monitor", lines)
+    else:
+        assert result.ok, result.report()
+        assert re.search(r"(?m)^rank 0 of 1 on \S+, pid \d+$", result.stdout), result.stdout
+        assert re.findall(r"(?m)^step (\d+): mean loss", result.stdout) == [
+            "0", "1", "2", "3", "4"]
+        assert result.stdout.endswith("saved hang.pt\n")
+        assert saved_from(result.workdir / "hang.pt") == {device.pick("cpu", "cuda:0")}

@@ -16,7 +16,8 @@ from harness.outputs import BARRIER_WARNING
 from tests.compare import load
 from tests.devices import CPU, on_each_device
 from tests.on_gpus import NcclLogs
-from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
+from tests.troubleshooting.common import (GLOO_ERROR, check_errors, error_lines, run_together,
+                                          saved_from)
 
 SNIPPET = "troubleshooting/mismatch.py"
 TIMEOUT = 5  # seconds, as the page's command says
@@ -27,20 +28,24 @@ def runs(device):
     """At once: the snippet as shown, with the page's collective timeout (on GPUs a longer
     one, as NCCL starts slower) (``bug``), and with ``--fix`` (``fix``), their processes on
     NCCL on GPUs; on the CPU also the fixed script under TORCH_DISTRIBUTED_DEBUG=DETAIL
-    (``detail``)."""
-    common = dict(script=SNIPPET, launcher="torchrun", nproc=2, timeout=device.pick(90, 240),
-                  check=False)
-    launches = dict(
-        bug=dict(common, args=["--timeout", str(device.pick(TIMEOUT, 20))], env=device.env("bug")),
-        fix=dict(common, args=["--fix"], workdir=Path(tempfile.mkdtemp(prefix="fix-")),
-                 env=device.env("fix")),
-    )
+    (``detail``). At world size 1 (the one-GPU case) only ``fix``: rank 0 alone in a
+    collective is no mismatch there, as no other rank exists."""
+    ranks = device.ranks(2)
+    common = dict(script=SNIPPET, launcher="torchrun", nproc=ranks,
+                  timeout=device.pick(90, 240), check=False)
+    launches = {}
+    if ranks > 1:
+        launches["bug"] = dict(common, args=["--timeout", str(device.pick(TIMEOUT, 20))],
+                               env=device.env("bug"))
+    launches["fix"] = dict(common, args=["--fix"], env=device.env("fix"),
+                           workdir=Path(tempfile.mkdtemp(prefix="fix-")))
     if not device.gpus:
         launches["detail"] = dict(common, args=["--fix"],
                                   env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
     runs = run_together(**launches)
     for name in ("bug", "fix"):  # training's all-reduces, before the mismatch in bug
-        device.assert_ran(2, name, runs[name])
+        if name in runs:
+            device.assert_ran(ranks, name, runs[name])
     return runs
 
 
@@ -52,7 +57,7 @@ def test_rank_0_alone_in_a_collective_fails_both_ranks_after_the_timeout(device)
     result = runs(device)["bug"]
     assert not result.timed_out and result.returncode != 0, result.report()
     assert BARRIER_WARNING not in result.text
-    if not device.gpus:  # what only the CPU run shows
+    if not device.cuda:  # what only the CPU run shows
         assert "validation loss" not in result.stdout  # rank 0 never got past evaluate()
         lines = error_lines(result)
         assert {line[:7] for line in lines} == {"[rank0]", "[rank1]"}, result.report()
@@ -62,9 +67,10 @@ def test_rank_0_alone_in_a_collective_fails_both_ranks_after_the_timeout(device)
         check_errors(result, "hang", lines)
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=2, one_gpu=True)
 def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(device):
-    """On GPUs too, and its barrier names its GPU (torch does not warn of it)."""
+    """On GPUs too (on one GPU, at world size 1), and its barrier names its GPU (torch
+    does not warn of it)."""
     result = runs(device)["fix"]
     assert result.ok, result.report()
     device.check_output(result, "fix")
@@ -72,7 +78,9 @@ def test_when_every_rank_evaluates_the_loss_is_that_of_the_whole_validation_set(
                if "validation loss" in line]
     assert len(printed) == 3 and printed[0] > printed[1] > printed[2]
     assert BARRIER_WARNING not in result.text
-    if not device.gpus:  # what only the CPU run shows
+    # rank 0 saved its replica from its own device: on GPUs, the first one
+    assert saved_from(result.workdir / "checkpoint.pt") == {device.pick("cpu", "cuda:0")}
+    if not device.cuda:  # what only the CPU run shows
         # the all-reduced mean over both ranks' shares equals the mean over the whole set
         code = runpy.run_path(str(snippet(SNIPPET)))
         x, y = code["make_data"](64, seed=2).tensors

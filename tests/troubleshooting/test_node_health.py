@@ -59,7 +59,7 @@ def test_a_node_that_sees_fewer_gpus_than_slurm_gave_it_fails(visible, device):
     """Two processes on a node given 4 GPUs that sees none, or 1 (on the CPU a pretended
     GPU: the script must stop before it uses one; on GPUs a real one, which the script
     saw: "1 of 4", not "CUDA unavailable, 0 of 4")."""
-    if device.gpus and not visible:
+    if device.cuda and not visible:
         pytest.skip("on GPUs the node sees its one GPU: the case of visible=1")
     seen = device.pick({DEVICE_ENV: "" if visible else "cpu", FAKE_GPUS_ENV: str(visible)},
                        {"CUDA_VISIBLE_DEVICES": own_gpus(1)})
