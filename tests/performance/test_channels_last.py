@@ -39,8 +39,8 @@ def flags(stdout, fmt):
 DEVICE_LINE = r"^on (?P<device>\w+), batch "
 
 
-def check_run(workdir, device, script=SNIPPET, env=None):
-    result = run(script, launcher="torchrun", nproc=RANKS, workdir=workdir, env=env)
+def check_run(workdir, device, script=SNIPPET, env=None, ranks=RANKS):
+    result = run(script, launcher="torchrun", nproc=ranks, workdir=workdir, env=env)
     assert flags(result.stdout, "contiguous_format") == ["no", "no", "no"]
     # weight, activation and gradient
     assert flags(result.stdout, "channels_last") == ["yes", "yes", "yes"]
@@ -49,7 +49,7 @@ def check_run(workdir, device, script=SNIPPET, env=None):
     reference = full_batch_reference(  # contiguous, one process, full batches
         SNIPPET,
         loss_fn=torch.nn.functional.cross_entropy,
-        batch_size=16 * RANKS,
+        batch_size=16 * ranks,
         epochs=3,
         make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
     )
@@ -57,15 +57,17 @@ def check_run(workdir, device, script=SNIPPET, env=None):
     return result
 
 
-@on_each_device(gpus=RANKS)
+@on_each_device(gpus=RANKS, one_gpu=True)
 def test_channels_last_trains_the_same_model_in_another_layout(tmp_path, device):
-    result = check_run(tmp_path, device.type, env=device.env())
+    """On GPUs cuDNN's convolutions run in TF32: the weights agree to ATOL["cuda"]."""
+    ranks = device.ranks(RANKS)
+    result = check_run(tmp_path, device.type, env=device.env(), ranks=ranks)
     device.check_output(result, tolerance=SUMMATION)
-    if device.gpus:
+    if device.cuda:
         assert_gpu_path(result.stdout, DEVICE_LINE, count=1)
-    device.assert_ran(RANKS, result=result)
+    device.assert_ran(ranks, result=result)
     assert BARRIER_WARNING not in result.text
-    if not device.gpus:
+    if not device.cuda:
         # A clock's figure: it depends on the CPU's kernels (1.10x on the page, 1.35x with
         # ATEN_CPU_CAPABILITY=default in CI), so the page makes no claim about it on a CPU.
         ratio = float(re.search(r"speed-up of channels_last: ([\d.]+)x", result.stdout).group(1))

@@ -1,17 +1,16 @@
 """snippets/performance/compile_ddp.py, shown on docs/performance/compile_ddp.md.
 
 The page's output uses the aot_eager backend: it captures the same graphs as inductor
-without generating code, which takes over a minute on a small CPU. The GPU test uses
+without generating code, which takes over a minute on a small CPU. The GPU cases use
 the default, inductor.
 """
 
-import pytest
-
-from harness.launch import run
-from harness.outputs import check_output
-from tests.on_gpus import NcclLogs, assert_gpu_path
+from harness.launch import DEFAULT_TIMEOUT, run
+from tests.devices import on_each_device
+from tests.on_gpus import assert_gpu_path
 
 SNIPPET = "performance/compile_ddp.py"
+RANKS = 2
 
 
 def rows(stdout):
@@ -32,24 +31,27 @@ def check_run(result):
     assert table["torch.compile(DDP(model))"] == (0, "yes")  # the other order silently runs eager
 
 
-def test_ddp_of_compiled_model_captures_graphs():
-    result = run(SNIPPET, "--backend", "aot_eager", launcher="torchrun", nproc=2)
-    check_output(result)
-    check_run(result)
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus_with_inductor(tmp_path):
-    logs = NcclLogs()
+@on_each_device(gpus=RANKS, one_gpu=True)
+def test_ddp_of_compiled_model_captures_graphs(tmp_path, device):
+    """On the CPU with aot_eager, the page's output; on GPUs with the default, inductor,
+    which generates Triton kernels for CUDA."""
+    ranks = device.ranks(RANKS)
+    cache = tmp_path / "inductor-cache"
     result = run(
         SNIPPET,
+        *device.pick(("--backend", "aot_eager"), ()),
         launcher="torchrun",
-        nproc=2,
-        timeout=600,
-        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache"), **logs.env},
+        nproc=ranks,
+        workdir=tmp_path,
+        timeout=device.pick(DEFAULT_TIMEOUT, 600),
+        env={"TORCHINDUCTOR_CACHE_DIR": str(cache), **device.env()},
     )
-    assert_gpu_path(result.stdout, r"^backend inductor on (?P<device>\w+)$", count=1)
-    logs.assert_nccl_ran(2)
+    device.check_output(result)
+    if device.cuda:
+        assert_gpu_path(result.stdout, r"^backend inductor on (?P<device>\w+)$", count=1)
+        kernels = [f for f in cache.rglob("*.py") if "@triton.jit" in f.read_text()]
+        assert kernels, f"inductor wrote no Triton kernel under {cache}"
+    device.assert_ran(ranks, result=result)
     check_run(result)
 
 

@@ -12,20 +12,22 @@ SNIPPET = "performance/data_loading.py"
 RANKS, SAMPLES = 2, 128
 
 
-def check_run(stdout):
+def check_run(stdout, ranks=RANKS):
+    assert f"{ranks} processes, {SAMPLES // ranks} of {SAMPLES} samples each" in stdout
     # Each rank's shard is what DistributedSampler gives for its rank and epoch, and together
     # the shards hold every sample once.
     for epoch in range(2):
         shards = []
-        for rank in range(RANKS):
-            sampler = DistributedSampler(range(SAMPLES), num_replicas=RANKS, rank=rank, seed=0)
+        for rank in range(ranks):
+            sampler = DistributedSampler(range(SAMPLES), num_replicas=ranks, rank=rank, seed=0)
             sampler.set_epoch(epoch)
             shards.append(list(sampler))
             assert (
-                f"epoch {epoch}, rank {rank}: {SAMPLES // RANKS} samples, first {shards[-1][:6]}"
+                f"epoch {epoch}, rank {rank}: {SAMPLES // ranks} samples, first {shards[-1][:6]}"
                 in stdout
             )
-        assert sorted(shards[0] + shards[1]) == list(range(SAMPLES))
+        assert f"epoch {epoch}, rank {ranks}:" not in stdout
+        assert sorted(sum(shards, [])) == list(range(SAMPLES))
         assert f"epoch {epoch}: every sample exactly once: True" in stdout
     rates = {int(w): float(r) for w, r in re.findall(r"^ +(\d+) +(\d+) samples/s$", stdout, re.M)}
     assert list(rates) == [0, 1, 2, 4]
@@ -36,14 +38,15 @@ def check_run(stdout):
     assert int(first["True"]) < int(first["False"])  # no workers to start again
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=RANKS, one_gpu=True)
 def test_shards_and_throughput_on_cpu(device):
-    """On GPUs, with pinned memory."""
-    result = run(SNIPPET, launcher="torchrun", nproc=RANKS, env=device.env())
-    device.assert_ran(RANKS, result=result)
+    """On GPUs, with pinned memory; at world size 1 the one shard is every sample."""
+    ranks = device.ranks(RANKS)
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, env=device.env())
+    device.assert_ran(ranks, result=result)
     device.check_output(result)
     assert device.pick("CPU-only figures", "\nGPU figures, ") in result.stdout
-    check_run(result.stdout)
-    if not device.gpus and len(os.sched_getaffinity(0)) < 4:
+    check_run(result.stdout, ranks)
+    if not device.cuda and len(os.sched_getaffinity(0)) < 4:
         # PyTorch warns when workers outnumber the CPUs
         assert "This DataLoader will create 4 worker processes in total" in result.text

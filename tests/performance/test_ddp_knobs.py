@@ -9,6 +9,7 @@ from tests.devices import on_each_device
 from tests.performance.reference import snippet_code
 
 SNIPPET = "performance/ddp_knobs.py"
+RANKS = 2
 MiB = 2**20
 
 
@@ -62,10 +63,12 @@ def check_run(stdout, stderr, model_bytes):
     assert "extra traversal of the autograd graph every iteration" in stderr
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=RANKS, one_gpu=True)
 def test_knobs_change_buckets_and_memory_not_results(model_bytes, device):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, env=device.env())
-    device.assert_ran(2, result=result)  # on GPUs the buckets are NCCL's all-reduces
+    """DDP buckets gradients and all-reduces them at any world size, 1 included."""
+    ranks = device.ranks(RANKS)
+    result = run(SNIPPET, launcher="torchrun", nproc=ranks, env=device.env())
+    device.assert_ran(ranks, result=result)  # on GPUs the buckets are NCCL's all-reduces
     device.check_output(result)
     check_run(result.stdout, result.text, model_bytes)
 

@@ -70,7 +70,7 @@ def check_run(result, n, backend):
 #: tests.devices.on_each_device for each number of processes, with as many GPUs: on the
 #: CPU, and on n GPUs marked multigpu(n).
 ON_EACH_DEVICE = [pytest.param(n, device, id=f"{n}-{device.type}",
-                               marks=[pytest.mark.multigpu(n)] if device.gpus else [])
+                               marks=[pytest.mark.multigpu(n)] if device.cuda else [])
                   for n in (2, SHOWN) for device in (CPU, Device(n))]
 
 

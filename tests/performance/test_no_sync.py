@@ -22,11 +22,13 @@ def rows(stdout):
     return table
 
 
-def check_run(workdir, atol, env=None):
+def check_run(workdir, atol, env=None, ranks=RANKS):
     result = run(
-        SNIPPET, "--accumulate", ACCUMULATE, launcher="torchrun", nproc=RANKS, workdir=workdir,
+        SNIPPET, "--accumulate", ACCUMULATE, launcher="torchrun", nproc=ranks, workdir=workdir,
         env=env,
     )
+    assert (f"{ranks} processes, {ACCUMULATE} micro-batches of {BATCH} samples per optimiser "
+            f"step: {ACCUMULATE * BATCH * ranks} samples") in result.stdout
     table = rows(result.stdout)
     state = load(workdir / "no_sync.pt")
     model_bytes = sum(t.numel() * t.element_size() for t in state.values())
@@ -37,7 +39,7 @@ def check_run(workdir, atol, env=None):
     reference = full_batch_reference(
         SNIPPET,
         loss_fn=torch.nn.functional.mse_loss,
-        batch_size=ACCUMULATE * BATCH * RANKS,
+        batch_size=ACCUMULATE * BATCH * ranks,
         epochs=2,
         make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
     )
@@ -45,11 +47,13 @@ def check_run(workdir, atol, env=None):
     return result
 
 
-@on_each_device(gpus=2)
+@on_each_device(gpus=RANKS, one_gpu=True)
 def test_no_sync_all_reduces_once_per_window_and_trains_the_same(tmp_path, device):
+    """At world size 1 DDP still all-reduces every bucket, and no_sync() still saves them."""
+    ranks = device.ranks(RANKS)
     # differences below 1e-6 on the CPU, 1e-4 on GPUs
-    result = check_run(tmp_path, atol=device.pick(1e-6, 1e-4), env=device.env())
-    device.assert_ran(RANKS, result=result)
+    result = check_run(tmp_path, atol=device.pick(1e-6, 1e-4), env=device.env(), ranks=ranks)
+    device.assert_ran(ranks, result=result)
     device.check_output(result)
 
 

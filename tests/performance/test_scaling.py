@@ -18,6 +18,7 @@ import pytest
 
 from harness.launch import ROOT, run, shared, snippet
 from harness.outputs import BARRIER_WARNING, check_output
+from tests.devices import on_each_device
 from tests.on_gpus import assert_gpu_path
 from tests.performance.device_checks import check_barrier_names_the_gpu
 from tests.performance.reference import snippet_code
@@ -25,6 +26,8 @@ from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_re
 
 SNIPPET = "performance/scaling.py"
 JOB_SCRIPT = "performance/scaling.sbatch"
+#: GPUs the GPU case measures up to (the CPU case measures 1, 2 and 4 ranks).
+RANKS = 2
 #: scaling.py's first line: what ran ("CPU" or the GPU's name) and the backend.
 SETUP = r"^(?P<kind>.+), (?P<backend>\w+): \d+ x \d+ MLP, batch \d+ per rank$"
 # The page's CPU figures use these, to finish in seconds.
@@ -52,18 +55,35 @@ def runs():
     return workdir, results
 
 
-def test_each_run_adds_its_row_and_prints_the_table(runs):
-    workdir, results = runs
+@on_each_device(gpus=RANKS, one_gpu=True)
+def test_each_run_adds_its_row_and_prints_the_table(request, tmp_path, device):
+    """On the CPU, the runs the page shows (1, 2 and 4 ranks, as the job script launches
+    them); on GPUs, the page's torchrun loop at the default size, for 1 rank and up to one
+    per GPU. Times are a clock's: only the table's structure is asserted."""
+    if device.gpus:
+        workdir = tmp_path
+        results = {n: run(SNIPPET, *device.pick(SMALL, ()), launcher="torchrun", nproc=n,
+                          workdir=workdir) for n in range(1, device.ranks(RANKS) + 1)}
+    else:
+        workdir, results = request.getfixturevalue("runs")
     for n, result in results.items():
         table = rows(result.stdout)
-        assert [row[0] for row in table] == [r for r in (1, 2, 4) if r <= n]
+        assert [row[0] for row in table] == [r for r in results if r <= n]
         assert table[0][2:] == (1.0, 100)  # the base run
         for ranks, rate, speedup, efficiency in table:
             assert rate > 0
             assert abs(speedup / ranks * 100 - efficiency) <= 1  # efficiency = speed-up / ranks
-    assert len((workdir / "scaling.jsonl").read_text().splitlines()) == 3
-    check_output(results[4])
-    assert results[4].stdout.startswith("CPU, gloo: 4 x 256 MLP, batch 64 per rank")
+    assert len((workdir / "scaling.jsonl").read_text().splitlines()) == len(results)
+    if not device.gpus:
+        check_output(results[4])
+        assert results[4].stdout.startswith("CPU, gloo: 4 x 256 MLP, batch 64 per rank")
+        return
+    for result in results.values():
+        assert BARRIER_WARNING not in result.text
+        if device.cuda:  # the GPU's name, then the backend
+            setup = assert_gpu_path(result.stdout, SETUP, count=1)[0]
+            assert setup["kind"] != "CPU"
+    assert png_size(workdir / "scaling.png") == (900, 350)
 
 
 def test_the_plot_is_a_png(runs):
@@ -100,15 +120,6 @@ def test_job_script_is_valid_bash_that_runs_the_benchmark_for_several_rank_count
 
 def test_barrier_names_the_gpu(monkeypatch):
     check_barrier_names_the_gpu(snippet_code(SNIPPET), monkeypatch)
-
-
-@pytest.mark.multigpu(2)
-def test_on_gpus(tmp_path):
-    for n in (1, 2):
-        result = run(SNIPPET, launcher="torchrun", nproc=n, workdir=tmp_path)
-        assert BARRIER_WARNING not in result.text
-        assert_gpu_path(result.stdout, SETUP, count=1)  # the GPU's name, then the backend
-    assert [row[0] for row in rows(result.stdout)] == [1, 2]
 
 
 @on_the_gpu_cluster(gpus=4)
