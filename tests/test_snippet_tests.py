@@ -118,7 +118,6 @@ NO_ONE_GPU_CASE = {
     "frameworks/tf_keras_fit.py": "not yet",
     "frameworks/tf_mirrored.py": "not yet",
     "frameworks/tf_multiworker.py": "not yet",
-    "memory/deepspeed_zero.py": "not yet",
     "troubleshooting/crash.py": "not yet",
 }
 

@@ -76,13 +76,13 @@ def deepspeed_run(nproc):
 
 
 @shared
-def deepspeed_gpu_run():
-    """deepspeed_zero.py with every config under torchrun on 2 GPUs, over NCCL (its
-    logs show it)."""
+def deepspeed_gpu_run(nproc: int = 2):
+    """deepspeed_zero.py with every config under torchrun on ``nproc`` GPUs, over NCCL
+    (its logs show it)."""
     logs = NcclLogs()
-    result = run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=2,
+    result = run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=nproc,
                  workdir=with_ds_configs(workdir()), timeout=DS_TIMEOUT, env=logs.env)
-    logs.assert_nccl_ran(2)
+    logs.assert_nccl_ran(nproc)
     return result
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from harness.outputs import check_text
 from tests.compare import without_deepspeed_logs
+from tests.devices import on_each_device
 from tests.memory.runs import (DS_CONFIGS, DS_TIMEOUT, GPU_ATOL, assert_same_weights,
                                deepspeed_gpu_run, deepspeed_run, deepspeed_tables,
                                needs_deepspeed, reference, saved)
@@ -39,11 +40,16 @@ def test_deepspeed_launcher_two_ranks():
 
 
 @pytest.mark.parametrize("ranks", [1, 4])
-def test_torchrun(ranks):
-    result = deepspeed_run(ranks)
+@on_each_device(gpus=2, one_gpu=True)
+def test_torchrun(ranks, device):
+    """On GPUs one process per GPU, over NCCL: ``ranks`` is the CPU's count."""
+    if device.gpus and ranks == 4:
+        pytest.skip("on GPUs the suite runs one process per GPU: the case of 1 rank")
+    ranks = device.ranks(2) if device.gpus else ranks
+    result = deepspeed_gpu_run(ranks) if device.cuda else deepspeed_run(ranks)
     if ranks == 4:
         check_text(without_deepspeed_logs(result), SNIPPET, variant="4ranks")
-    assert_every_config_trains_like_one_process(result, ranks)
+    assert_every_config_trains_like_one_process(result, ranks, atol=device.pick(1e-5, GPU_ATOL))
 
 
 @pytest.mark.slurm
@@ -55,11 +61,6 @@ def test_the_job_script_runs_zero3_on_two_nodes():
                job="memory/deepspeed_zero.sbatch")
     assert_every_config_trains_like_one_process(result, 2 * GPUS,
                                                 configs=["ds_config_zero3.json"])
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus():
-    assert_every_config_trains_like_one_process(deepspeed_gpu_run(), 2, atol=GPU_ATOL)
 
 
 @on_the_gpu_cluster()
