@@ -5,6 +5,7 @@ No GPU here: SNIPPET_HARNESS_FAKE_GPUS=1 makes the harness count one, and sample
 stand in for the suite's, so that the selection and the report are what is checked."""
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -61,7 +62,7 @@ def test_one_gpu_runs_the_one_gpu_cases_and_skips_the_rest_with_the_reason(tmp_p
     assert "Timeout" in tests["test_hangs"]["output"]
     assert tests["test_hangs"]["seconds"] < 30
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "--time-budget=420" in text and "--timeout=5" in text  # the command it ran
+    assert "--time-budget=300" in text and "--timeout=5" in text  # the command it ran
 
 
 def test_a_spent_budget_skips_what_would_start_after_it(tmp_path):
@@ -79,3 +80,5 @@ def test_the_page_states_its_defaults():
     page = " ".join((ROOT / "docs" / "slurm" / "gpu_tests.md").read_text().split())
     assert f"stops any test after {limit} seconds" in page
     assert f"starts no test after {budget // 60} minutes" in page and budget % 60 == 0
+    assert f"allow {math.ceil((budget + limit) / 60)} minutes in all" in page
+    assert budget + limit <= 8 * 60  # the check fits a short allocation
