@@ -111,14 +111,6 @@ NO_ONE_GPU_CASE = {
     "performance/message_passing.py": "sends between pairs of ranks: an even number of them",
     "slurm/whereami.py": "imports no PyTorch: prints what the launcher set",
     "tools/estimate_memory.py": "the standard library alone: runs no model",
-    # Not yet: their tests run under `make test-extras` or need PyTorch 2.13.
-    "frameworks/accelerate_train.py": "not yet",
-    "frameworks/ddp_from_horovod.py": "not yet",
-    "frameworks/horovod_train.py": "not yet",
-    "frameworks/tf_keras_fit.py": "not yet",
-    "frameworks/tf_mirrored.py": "not yet",
-    "frameworks/tf_multiworker.py": "not yet",
-    "troubleshooting/crash.py": "not yet",
 }
 
 

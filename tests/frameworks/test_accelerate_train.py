@@ -8,15 +8,16 @@ import pytest
 from harness.launch import run, shared, snippet
 from harness.outputs import check_output
 from tests.compare import assert_same_state, load, without_deepspeed_noise
+from tests.devices import on_each_device
 from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
                                      rank_stdout, run_every_rank_saves, saved)
-from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
                                       submit_real)
 
 SNIPPET = "frameworks/accelerate_train.py"
-MULTI = ["--multi_gpu", "--num_processes", "2"]  # what the page tells readers to run
+RANKS = 2
+MULTI = ["--multi_gpu", "--num_processes", str(RANKS)]  # what the page tells readers to run
 
 pytestmark = [pytest.mark.extras, needs_accelerate]
 
@@ -30,15 +31,30 @@ def accelerate(script, **kwargs):
     return without_deepspeed_noise(run_every_rank_saves(script, launcher="accelerate", **kwargs))
 
 
-def test_accelerate_launch_starts_two_processes_that_end_identical():
-    result = accelerate_launch()
-    check_output(result)
-    assert result.stdout.startswith("processes: 2, MULTI_CPU on cpu\n")
-    assert result.ranks_started == {0, 1}  # two ranks joined one process group
-    assert "final parameters identical on all 2 processes" in result.stdout
-    assert_every_rank_holds_the_same(result, 2)
-    # 1024 samples, 16 per step and process: 32 steps each, so each process read half the data
-    assert result.stdout.count("(32 steps per process)") == 3
+@on_each_device(gpus=RANKS, one_gpu=True)
+def test_accelerate_launch_starts_two_processes_that_end_identical(device):
+    """On GPUs one process per GPU, over NCCL. On one GPU ``accelerate launch
+    --num_processes 1`` (Accelerate refuses ``--multi_gpu`` with one process): one process
+    that trains on cuda:0 without a process group (distributed type NO) on all the data."""
+    ranks = device.ranks(RANKS)
+    if device.gpus:
+        multi = ["--multi_gpu"] if ranks > 1 else []
+        result = accelerate(SNIPPET, nproc=ranks, timeout=240, env=device.env(),
+                            flags=[*multi, "--num_processes", str(ranks)])
+    else:
+        result = accelerate_launch()
+    device.check_output(result)
+    mode = ("MULTI_GPU" if device.cuda else "MULTI_CPU") if ranks > 1 else "NO"
+    assert result.stdout.startswith(f"processes: {ranks}, {mode} on {device.type}\n"), (
+        result.report())
+    assert result.ranks_started == set(range(ranks))  # the ranks joined one process group
+    if ranks > 1:  # alone, the process starts no process group: NCCL has nothing to do
+        device.assert_ran(ranks, result=result)  # Accelerate's group for MULTI_GPU: NCCL
+    assert f"final parameters identical on all {ranks} processes" in result.stdout
+    assert_every_rank_holds_the_same(result, ranks)
+    # 1024 samples, 16 per step and process: 32 steps each, so each process read half the
+    # data (alone, all of it: 64 steps)
+    assert result.stdout.count(f"({64 // ranks} steps per process)") == 3
 
 
 def test_torchrun_runs_the_same_script_to_the_same_parameters():
@@ -80,17 +96,6 @@ def test_the_job_script_trains_on_two_nodes_as_many_processes_on_one():
     assert job_end(job)["state"] == "COMPLETED"
     one_node = run(SNIPPET, launcher="torchrun", nproc=world)
     assert_same_state(load(job.workdir / "model.pt"), load(one_node.workdir / "model.pt"), atol=0)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_accelerate_launch_trains_one_process_per_gpu():
-    logs = NcclLogs()
-    result = accelerate(SNIPPET, nproc=2, flags=MULTI, timeout=240, env=logs.env)
-    assert result.stdout.startswith("processes: 2, MULTI_GPU on cuda\n"), result.report()
-    logs.assert_nccl_ran(2)  # Accelerate's process group for MULTI_GPU: NCCL
-    assert result.stdout.count("(32 steps per process)") == 3
-    assert "final parameters identical on all 2 processes" in result.stdout
-    assert_every_rank_holds_the_same(result, 2)
 
 
 @on_the_gpu_cluster()

@@ -9,9 +9,9 @@ import pytest
 from harness.launch import shared
 from harness.outputs import check_output
 from tests.compare import load
+from tests.devices import on_each_device
 from tests.frameworks.common import (assert_every_rank_holds_the_same, horovodrun, needs_horovod,
                                      run_every_rank_saves)
-from tests.on_gpus import NcclLogs
 from tests.slurm.jobs import GPUS, job_end, submit
 from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
                                       submit_real)
@@ -33,12 +33,25 @@ def mpirun(processes: int):
     return run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=processes)
 
 
-def test_horovodrun_starts_two_processes_that_end_identical():
-    result = horovodrun()
-    check_output(result)
-    assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cpu")
-    assert "final parameters identical on all 2 processes" in result.stdout
-    assert_every_rank_holds_the_same(result, 2)
+@on_each_device(gpus=2, one_gpu=True)
+def test_horovodrun_starts_two_processes_that_end_identical(device):
+    """On GPUs build_horovod.sh gave a CUDA torch a Horovod with NCCL
+    (test_build_horovod.py): each process trains on its own GPU. On one GPU
+    ``horovodrun -np 1``: one process on cuda:0."""
+    ranks = device.ranks(2)
+    if device.gpus:
+        result = run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=ranks, timeout=240,
+                                      env=device.env())
+    else:
+        result = horovodrun()
+    device.check_output(result)
+    first = result.stdout.splitlines()[0]
+    assert first.endswith(f"{ranks} processes, Gloo controller, on {device.type}"), (
+        result.report())
+    if ranks > 1:  # alone, Horovod's optimiser all-reduces no gradient (size() == 1)
+        device.assert_ran(ranks, result=result)  # all-reduces of GPU tensors: NCCL
+    assert f"final parameters identical on all {ranks} processes" in result.stdout
+    assert_every_rank_holds_the_same(result, ranks)
 
 
 @pytest.mark.mpi
@@ -69,18 +82,6 @@ def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
     assert len(saved) == len(expected)
     for a, b in zip(saved.values(), expected):
         np.testing.assert_array_equal(a.numpy(), b)
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_each_process_trains_on_its_own_gpu():
-    """build_horovod.sh gave a CUDA torch a Horovod with NCCL (test_build_horovod.py)."""
-    logs = NcclLogs()
-    result = run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=2, timeout=240,
-                                  env=logs.env)
-    assert result.stdout.splitlines()[0].endswith("2 processes, Gloo controller, on cuda")
-    logs.assert_nccl_ran(2)  # Horovod's all-reduces of GPU tensors go through NCCL
-    assert "final parameters identical on all 2 processes" in result.stdout
-    assert_every_rank_holds_the_same(result, 2)
 
 
 @on_the_gpu_cluster()

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from harness.frameworks import TF_VENV
-from harness.launch import run
+from harness.launch import own_gpus, run
 from harness.outputs import check_output, check_text
+from tests.devices import on_each_device
 from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow, run_every_rank_saves, saved
 
 SNIPPET = "frameworks/tf_mirrored.py"
@@ -16,17 +17,33 @@ pytestmark = [pytest.mark.extras, needs_tensorflow]
 NO_SUCH_GPU = "GPU-00000000-0000-0000-0000-000000000000"
 
 
-def test_two_replicas_on_one_machine_hold_identical_variables():
-    # The GPUs, if any, are hidden (harness/frameworks.py's tf_gpus), as on a machine without GPUs
-    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT)
-    check_output(result)
-    assert result.stdout.startswith("TensorFlow 2.21.0 sees 0 GPU(s)\n"
-                                    "2 replicas on CPU:0, CPU:1\n")
-    assert "final variables identical on all 2 replicas" in result.stdout
-    copies = saved(result, 0)  # kernel and bias of two layers, a copy per replica of each
-    assert len(copies) == 8
-    for first, second in zip(copies[0::2], copies[1::2]):
-        np.testing.assert_array_equal(first, second)
+@on_each_device(gpus=2, one_gpu=True)
+def test_two_replicas_on_one_machine_hold_identical_variables(device):
+    """On GPUs (needs TensorFlow with CUDA in .venv-tf: pip install 'tensorflow[and-cuda]')
+    one replica per GPU it is given, --expect-gpus; on one GPU a single replica on GPU:0.
+    Without GPUs (the rehearsal too) two replicas on the CPU, as on the page."""
+    if device.cuda:
+        replicas = device.ranks(2)
+        result = run_every_rank_saves(SNIPPET, "--expect-gpus", launcher="tf-python",
+                                      timeout=TF_TIMEOUT,
+                                      env={"CUDA_VISIBLE_DEVICES": own_gpus(replicas)})
+        on = ", ".join(f"GPU:{i}" for i in range(replicas))
+    else:
+        # The GPUs, if any, are hidden (harness/frameworks.py's tf_gpus), as on a machine
+        # without GPUs
+        replicas = 2
+        result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT)
+        on = "CPU:0, CPU:1"
+    device.check_output(result)
+    assert result.stdout.startswith(f"TensorFlow 2.21.0 sees {device.pick(0, replicas)} GPU(s)\n"
+                                    f"{replicas} replicas on {on}\n"), result.report()
+    assert f"final variables identical on all {replicas} replicas" in result.stdout
+    # kernel and bias of two layers, a copy per replica of each
+    copies = saved(result, 0)
+    assert len(copies) == 4 * replicas
+    for other in range(1, replicas):
+        for first, copy in zip(copies[0::replicas], copies[other::replicas]):
+            np.testing.assert_array_equal(first, copy)
     accuracy = float(result.stdout.split("epoch 3/3")[1].split("accuracy ")[1].split("%")[0])
     assert accuracy > 90  # it learnt
 
@@ -63,13 +80,3 @@ def test_expect_gpus_stops_the_run_when_tensorflow_sees_none():
     result = run(SNIPPET, "--expect-gpus", launcher="tf-python", timeout=TF_TIMEOUT,
                  check=False)
     assert failed(result).startswith("GPUs were expected (--expect-gpus) but TensorFlow sees none")
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_one_replica_per_gpu():
-    """Needs TensorFlow with CUDA in .venv-tf: pip install 'tensorflow[and-cuda]'."""
-    result = run_every_rank_saves(SNIPPET, "--expect-gpus", launcher="tf-python",
-                                  timeout=TF_TIMEOUT, env={"CUDA_VISIBLE_DEVICES": "0,1"})
-    assert result.stdout.startswith("TensorFlow 2.21.0 sees 2 GPU(s)\n"
-                                    "2 replicas on GPU:0, GPU:1\n"), result.report()
-    assert "final variables identical on all 2 replicas" in result.stdout

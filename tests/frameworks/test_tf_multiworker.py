@@ -1,18 +1,22 @@
 """snippets/frameworks/tf_multiworker.py, shown on docs/frameworks/tensorflow.md."""
 
 import ast
+import re
 
 import numpy as np
 import pytest
 
-from harness.launch import shared, snippet
-from harness.outputs import check_output
+from harness.launch import own_gpus, shared, snippet
+from tests.devices import on_each_device
 from tests.frameworks.common import (TF_TIMEOUT, assert_every_rank_holds_the_same, needs_tensorflow,
                                      run_every_rank_saves, saved)
 
 SNIPPET = "frameworks/tf_multiworker.py"
 
 pytestmark = [pytest.mark.extras]
+
+#: What TensorFlow logs as it puts a worker on its first GPU (its gpu_device.cc).
+ON_GPU_0 = re.compile(r"Created device \S+/device:GPU:0 with \d+ MB memory")
 
 
 @shared
@@ -26,13 +30,31 @@ def epochs(stdout: str) -> list[str]:
 
 
 @needs_tensorflow
-def test_two_workers_end_with_identical_variables():
-    result = two_workers()
-    check_output(result)
-    assert result.stdout.startswith("2 workers, 2 replicas, 32 samples per step\n")
-    assert "final variables identical on all 2 replicas" in result.stdout
-    assert_every_rank_holds_the_same(result, 2)
-    assert [line.endswith("(32 steps)") for line in epochs(result.stdout)] == [True] * 3
+@on_each_device(gpus=2, one_gpu=True)
+def test_two_workers_end_with_identical_variables(device):
+    """On GPUs (needs TensorFlow with CUDA in .venv-tf: pip install 'tensorflow[and-cuda]')
+    one worker, ``python tf_multiworker.py``, holds a replica on each GPU: on the CPU a
+    worker holds one replica, so two replicas show that the GPUs were used; on one GPU
+    TensorFlow's log says so."""
+    replicas = device.ranks(2)
+    if device.gpus:  # one worker (rehearsed on the CPU, its GPUs hidden)
+        workers = 1
+        gpus = {"CUDA_VISIBLE_DEVICES": own_gpus(replicas)} if device.cuda else {}
+        result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT,
+                                      env=gpus)
+    else:
+        workers = 2
+        result = two_workers()
+    device.check_output(result)
+    batch = 16 * replicas
+    assert result.stdout.startswith(
+        f"{workers} workers, {replicas} replicas, {batch} samples per step\n"), result.report()
+    assert f"final variables identical on all {replicas} replicas" in result.stdout
+    assert_every_rank_holds_the_same(result, workers)
+    steps = 1024 // batch
+    assert [line.endswith(f"({steps} steps)") for line in epochs(result.stdout)] == [True] * 3
+    if device.cuda and replicas == 1:
+        assert ON_GPU_0.search(result.text), result.report()
 
 
 @needs_tensorflow
@@ -62,14 +84,3 @@ def test_expand_hostlist_names_the_hosts_as_scontrol_does():
     assert expand("localhost") == ["localhost"]
     assert expand("gpu[07-09,12],login1") == ["gpu07", "gpu08", "gpu09", "gpu12", "login1"]
     assert expand("a[1-2],b3,c[10-11]") == ["a1", "a2", "b3", "c10", "c11"]
-
-
-@needs_tensorflow
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_one_worker_holds_a_replica_on_each():
-    """Needs TensorFlow with CUDA in .venv-tf (pip install 'tensorflow[and-cuda]'); on the
-    CPU a worker holds one replica, so two replicas show that the GPUs were used."""
-    result = run_every_rank_saves(SNIPPET, launcher="tf-python", timeout=TF_TIMEOUT,
-                                  env={"CUDA_VISIBLE_DEVICES": "0,1"})
-    assert result.stdout.startswith("1 workers, 2 replicas, 32 samples per step\n"), result.report()
-    assert "final variables identical on all 2 replicas" in result.stdout
