@@ -1,10 +1,7 @@
 """snippets/basics/ranks.py, shown on docs/basics/introduction.md."""
 
-import pytest
-
 from harness.launch import run
 from tests.devices import on_each_device
-from tests.on_gpus import NcclLogs
 
 SNIPPET = "basics/ranks.py"
 
@@ -14,11 +11,13 @@ def table(stdout):
     return [(int(rank), int(node), int(local), device) for rank, node, local, device in rows]
 
 
-@on_each_device(gpus=1, one_gpu=True)
+@on_each_device(gpus=2, one_gpu=True)
 def test_two_nodes_of_two_processes(device):
-    """On one GPU the page's command at one node of one process: rank 0 takes cuda:0 and
-    gathers the table over NCCL."""
-    per_node = nodes = device.ranks(2)
+    """On GPUs the page's command at one node, one process per GPU: each process takes
+    the GPU of its local rank (on one GPU, rank 0 takes cuda:0) and they gather the table
+    over NCCL."""
+    per_node = device.ranks(2)
+    nodes = 1 if device.gpus else 2  # two nodes on one machine would share its GPUs
     result = run(SNIPPET, launcher="torchrun-static", nnodes=nodes, nproc=per_node,
                  env=device.env())
     device.check_output(result)
@@ -27,12 +26,7 @@ def test_two_nodes_of_two_processes(device):
     assert table(result.stdout) == [
         (rank, rank // per_node, rank % per_node, device.pick("cpu", f"cuda:{rank % per_node}"))
         for rank in range(nodes * per_node)]
+    if device.cuda:  # each process its own GPU
+        assert [row[3] for row in table(result.stdout)] == [
+            f"cuda:{rank}" for rank in range(per_node)]
     device.assert_ran(nodes * per_node, result=result)  # all_gather_object over NCCL
-
-
-@pytest.mark.multigpu(2)
-def test_each_process_gets_its_own_gpu():
-    logs = NcclLogs()
-    result = run(SNIPPET, launcher="torchrun", nproc=2, env=logs.env)
-    assert [row[3] for row in table(result.stdout)] == ["cuda:0", "cuda:1"]
-    logs.assert_nccl_ran(2)  # all_gather_object over NCCL

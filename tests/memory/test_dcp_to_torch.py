@@ -10,15 +10,15 @@ from harness.launch import run, snippet
 from tests.compare import load
 from tests.devices import on_each_device
 from tests.memory.runs import GPU_ATOL, assert_same_weights, dcp_runs, reference
-from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/dcp_to_torch.py"
 
 
-@on_each_device(gpus=1)
+@on_each_device(gpus=2, one_gpu=True)
 def test_converts_a_checkpoint_into_one_file_for_plain_pytorch(device, tmp_path):
-    """On the CPU the 4-rank checkpoint that resumed a 2-rank one; on one GPU, one that
-    FSDP2 saved from cuda:0 at world size 1, converted in one process as on the page."""
+    """On the CPU the 4-rank checkpoint that resumed a 2-rank one; on GPUs, one that FSDP2
+    saved from one GPU per process (on one GPU, from cuda:0 at world size 1), converted in
+    one process as on the page: the file loads on the CPU, as it was saved."""
     if device.gpus:
         ranks = device.ranks(4)
         saving = run("memory/dcp_checkpoint.py", "--epochs", "4", launcher="torchrun",
@@ -42,16 +42,3 @@ def test_converts_a_checkpoint_into_one_file_for_plain_pytorch(device, tmp_path)
         expected = model(x).flatten().tolist()
     printed = re.search(r"predictions for three inputs: \[(.*)\]", converted.stdout)[1]
     assert [float(v) for v in printed.split(",")] == pytest.approx(expected, abs=1e-4)
-
-
-@pytest.mark.multigpu(2)
-def test_converts_a_checkpoint_saved_by_two_gpus(tmp_path):
-    logs = NcclLogs()
-    run("memory/dcp_checkpoint.py", "--epochs", "4", launcher="torchrun", nproc=2, workdir=tmp_path,
-        env=logs.env)
-    logs.assert_nccl_ran(2)  # the checkpoint was saved by two GPUs
-    converted = run(SNIPPET, "checkpoints/epoch_4", "model.pt", workdir=tmp_path)
-    assert "model.pt: epoch 4, saved by 2 ranks, 26 model tensors" in converted.stdout
-    state = load(tmp_path / "model.pt", map_location=None)["app"]  # loads on the CPU as saved
-    assert_same_weights(state["model"], reference("memory/dcp_checkpoint.py", epochs=4),
-                        atol=GPU_ATOL)

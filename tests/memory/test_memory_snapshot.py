@@ -8,7 +8,6 @@ import pytest
 from harness.launch import run
 from tests.devices import on_each_device
 from tests.memory.runs import torchrun_on
-from tests.on_gpus import NcclLogs
 
 SNIPPET = "memory/memory_snapshot.py"
 WIDTH, DEPTH, BATCH, STEPS = 64, 4, 32, 3
@@ -26,19 +25,28 @@ def tables(text):
     return found
 
 
-@on_each_device(gpus=1)
-def test_each_rank_shows_what_allocated_its_memory(device):
-    """On the CPU, 2 ranks profile what each operator allocated; on one GPU, at world size
-    1, the rank records the CUDA allocator's history instead and writes its snapshot."""
+@on_each_device(gpus=2, one_gpu=True)
+def test_each_rank_shows_what_allocated_its_memory(device, tmp_path):
+    """On the CPU, 2 ranks profile what each operator allocated; on GPUs (on one GPU, at
+    world size 1), each rank records the CUDA allocator's history instead and writes its
+    snapshot, whose segments are expandable under PYTORCH_CUDA_ALLOC_CONF's
+    expandable_segments:True."""
     ranks = device.ranks(2)
     result = torchrun_on(device, SNIPPET, ranks)  # on GPUs: NCCL ran in every process
     device.check_output(result)
     if device.cuda:
-        snapshot = pickle.loads((result.workdir / "snapshot_rank0.pickle").read_bytes())
-        allocations = assert_allocations_recorded(snapshot)
-        assert re.search(rf"^snapshot_rank0\.pickle: {len(allocations)} allocations recorded, "
-                         rf"{len(snapshot['segments'])} segments, expandable False, "
-                         r"peak allocated [\d.]+ MiB$", result.stdout, re.M), result.stdout
+        for rank, snapshot in enumerate(snapshots(result, ranks)):
+            allocations = assert_allocations_recorded(snapshot)
+            assert re.search(rf"^snapshot_rank{rank}\.pickle: {len(allocations)} allocations "
+                             rf"recorded, {len(snapshot['segments'])} segments, expandable "
+                             r"False, peak allocated [\d.]+ MiB$", result.stdout, re.M), \
+                result.stdout
+        assert "expandable False" in result.stdout
+        result = run(SNIPPET, launcher="torchrun", nproc=ranks, workdir=tmp_path / "expandable",
+                     env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        assert all(s["is_expandable"] for snap in snapshots(result, ranks)
+                   for s in snap["segments"])
+        assert "expandable True" in result.stdout
         return
     found = tables(result.stdout)
     assert sorted(found) == list(range(ranks))
@@ -68,26 +76,7 @@ def assert_allocations_recorded(snapshot):
     return allocations
 
 
-def gpu_snapshots(tmp_path, env=None):
-    result = run(SNIPPET, launcher="torchrun", nproc=2, workdir=tmp_path, env=env)
-    snapshots = []
-    for rank in range(2):
-        with open(tmp_path / f"snapshot_rank{rank}.pickle", "rb") as f:
-            snapshots.append(pickle.load(f))
-    return result, snapshots
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_each_rank_writes_a_snapshot_of_its_allocations(tmp_path):
-    logs = NcclLogs()
-    result, snapshots = gpu_snapshots(tmp_path / "default", env=logs.env)
-    logs.assert_nccl_ran(2)
-    for rank, snapshot in enumerate(snapshots):
-        allocations = assert_allocations_recorded(snapshot)
-        line = f"snapshot_rank{rank}.pickle: {len(allocations)} allocations recorded"
-        assert line in result.stdout
-    assert "expandable False" in result.stdout
-    result, snapshots = gpu_snapshots(
-        tmp_path / "expandable", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
-    assert all(s["is_expandable"] for snap in snapshots for s in snap["segments"])
-    assert "expandable True" in result.stdout
+def snapshots(result, ranks):
+    """The snapshot each rank of the run wrote, in the order of the ranks."""
+    return [pickle.loads((result.workdir / f"snapshot_rank{rank}.pickle").read_bytes())
+            for rank in range(ranks)]

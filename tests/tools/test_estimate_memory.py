@@ -14,9 +14,10 @@ import pytest
 
 from harness.launch import run
 from harness.outputs import check_output, check_text
+from tests.devices import CPU, on_each_device
 from tests.memory.runs import (FSDP2_RUNS, HAVE_DEEPSPEED, PARAMETERS, deepspeed_run,
-                               deepspeed_tables, held_table, needs_deepspeed, torchrun)
-from tests.on_gpus import NcclLogs
+                               deepspeed_tables, held_table, needs_deepspeed, torchrun,
+                               torchrun_on)
 
 SNIPPET = "tools/estimate_memory.py"
 RANKS = (1, 2, 4)
@@ -40,13 +41,17 @@ def estimated(ranks, strategy, framework, precision, offload):
     return row["states"]
 
 
-def measured():
-    """One row per strategy and world size: what the snippets printed for every rank."""
+def measured(device=CPU):
+    """One row per strategy and world size: what the snippets printed for every rank. On
+    GPUs zero1.py's rows alone (DDP and ZeRO-1), at one process per GPU."""
     rows = []
-    for n in RANKS:
-        tables = held_table(torchrun("memory/zero1.py", n).stdout, "Adam|ZeroRedundancyOptimizer")
+    for n in (device.ranks(2),) if device.cuda else RANKS:
+        tables = held_table(torchrun_on(device, "memory/zero1.py", n).stdout,
+                            "Adam|ZeroRedundancyOptimizer")  # on GPUs: NCCL ran in each
         rows.append((n, "ddp", "pytorch", "fp32", False, tables["Adam"]))
         rows.append((n, "zero1", "pytorch", "fp32", False, tables["ZeroRedundancyOptimizer"]))
+    if device.cuda:
+        return rows
     for n, options in FSDP2_RUNS.items():
         table = held_table(torchrun("memory/fsdp2.py", n, *options).stdout)[""]
         precision = "bf16" if "--bf16" in options else "fp32"
@@ -59,17 +64,26 @@ def measured():
     return sorted(rows, key=lambda row: row[0])
 
 
-@pytest.fixture(scope="module")
-def comparison():
+def compare(device=CPU):
     """[(row label, ranks, measured per rank, estimated {category: (gpu, host)})]."""
     return [(f"{strategy} {framework}{' + offload' if offload else ''}"
              f"{', ' + precision if precision != 'fp32' else ''}",
              n, table, estimated(n, strategy, framework, precision, offload))
-            for n, strategy, framework, precision, offload, table in measured()]
+            for n, strategy, framework, precision, offload, table in measured(device)]
 
 
-def test_estimate_is_within_5_percent_for_every_strategy_rank_and_category(comparison):
-    assert {n for _, n, _, _ in comparison} == set(RANKS)
+@pytest.fixture(scope="module")
+def comparison():
+    """The comparison on the CPU, for every strategy at 1, 2 and 4 ranks."""
+    return compare(CPU)
+
+
+@on_each_device(gpus=2)
+def test_estimate_is_within_5_percent_for_every_strategy_rank_and_category(device, request):
+    """On GPUs zero1.py's runs, one process per GPU: CUDA allocations, not CPU ones; the
+    same bytes must come out."""
+    comparison = compare(device) if device.cuda else request.getfixturevalue("comparison")
+    assert {n for _, n, _, _ in comparison} == ({device.ranks(2)} if device.cuda else set(RANKS))
     problems = []
     for label, n, table, states in comparison:
         assert len(table) == n
@@ -158,16 +172,3 @@ def test_bad_input_is_a_usage_error_not_a_traceback(args, message):
     assert result.returncode == 2, err
     assert message in err and "usage:" in err
     assert "Traceback" not in err and not result.stdout
-
-
-@pytest.mark.multigpu(2)
-def test_on_two_gpus_the_estimate_holds_too(tmp_path):
-    """CUDA allocations, not CPU ones: the same bytes must come out."""
-    logs = NcclLogs()
-    zero1 = run("memory/zero1.py", launcher="torchrun", nproc=2, workdir=tmp_path, env=logs.env)
-    logs.assert_nccl_ran(2)
-    tables = held_table(zero1.stdout, "Adam|ZeroRedundancyOptimizer")
-    for name, strategy in (("Adam", "ddp"), ("ZeroRedundancyOptimizer", "zero1")):
-        states = estimated(2, strategy, "pytorch", "fp32", False)
-        for held in tables[name]:
-            assert held == pytest.approx([sum(states[c]) for c in CATEGORIES], rel=0.05)
