@@ -31,8 +31,8 @@ def root_cause(text: str) -> str:
 
 def stack(log: str) -> list[str]:
     """The functions of the crashed thread, innermost first, from faulthandler's output.
-    faulthandler lists every thread, the one that crashed as "Current thread"; on GPUs
-    CUDA's and NCCL's threads come first, with no Python frame."""
+    faulthandler lists every thread Python knows, newest first, the one that crashed as
+    "Current thread"; on a GPU a library's thread came before it, with no Python frame."""
     thread = next(block for block in log.split("\n\n") if block.startswith("Current thread"))
     return re.findall(r'(?m)^  File ".*", line \d+ in (\S+)$', thread)
 
