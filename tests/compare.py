@@ -16,6 +16,15 @@ def load(path, map_location="cpu"):
     return torch.load(path, map_location=map_location, weights_only=True)
 
 
+def saved_from(path) -> set[str]:
+    """Where the tensors of a checkpoint were when it was saved ("cpu", "cuda:0"): read
+    on the CPU, so that no GPU is needed to say it."""
+    where = set()
+    torch.load(path, map_location=lambda storage, location: where.add(location) or storage,
+               weights_only=True)
+    return where
+
+
 def assert_same_state(actual: dict, expected: dict, atol: float = 0.0, what: str = "") -> None:
     """The same keys, and every value (a tensor, or a nested state) equal to ``expected``'s
     within ``atol``, with no relative tolerance: at ``atol=0``, bit for bit. ``what``

@@ -7,11 +7,10 @@ cluster.
 """
 
 import pytest
-import torch
 
 from harness.launch import run
 from harness.slurm_env import SRUN_OR_TORCHRUN
-from tests.compare import load
+from tests.compare import load, saved_from
 from tests.devices import on_each_device
 from tests.slurm.shards import SHARDS, SNIPPET, assert_trained, make_shards, reads
 from tests.slurm.started_by import assert_reads_its_launcher
@@ -44,5 +43,4 @@ def test_each_rank_reads_its_own_shards(tmp_path, device):
     assert [r[3] for r in reads(result.stdout)] == [SHARDS[r::ranks] for r in range(ranks)]
     assert load(tmp_path / "checkpoint.pt")
     if device.cuda:
-        saved = load(tmp_path / "checkpoint.pt", map_location=None)  # where it was saved
-        assert all(value.device == torch.device("cuda", 0) for value in saved.values())
+        assert saved_from(tmp_path / "checkpoint.pt") == {"cuda:0"}

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
-
 from harness.launch import Result, run
 from harness.outputs import GLOO_ERROR, check_text
 from tests.devices import Device
@@ -79,12 +77,3 @@ def check_errors(result: Result, variant: str, lines: list[str]) -> None:
     """Compare (or record) these lines with <snippet>.<variant>.out, as check_output does."""
     assert lines, result.report()
     check_text("\n".join(lines) + "\n", result.script, variant)
-
-
-def saved_from(path) -> set[str]:
-    """Where the tensors of a checkpoint were when it was saved ("cpu", "cuda:0"): read
-    on the CPU, so that no GPU is needed to say it."""
-    where = set()
-    torch.load(path, map_location=lambda storage, location: where.add(location) or storage,
-               weights_only=True)
-    return where

@@ -10,12 +10,13 @@ import pytest
 
 from harness.launch import Result, run
 from harness.outputs import check_text
+from tests.compare import saved_from
 from tests.devices import on_each_device
 from tests.slurm.jobs import GPUS, job_end
 from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
 from tests.slurm.started_by import assert_stopped_with_one_line
 from tests.troubleshooting import stuck_job
-from tests.troubleshooting.common import check_errors, error_lines, saved_from
+from tests.troubleshooting.common import check_errors, error_lines
 from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
 
 JOB = "troubleshooting/hang.sbatch"

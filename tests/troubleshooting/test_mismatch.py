@@ -13,11 +13,10 @@ import torch
 from harness import torch_versions
 from harness.launch import run, shared, snippet
 from harness.outputs import BARRIER_WARNING
-from tests.compare import load
+from tests.compare import load, saved_from
 from tests.devices import CPU, on_each_device
 from tests.on_gpus import NcclLogs
-from tests.troubleshooting.common import (GLOO_ERROR, check_errors, error_lines, run_together,
-                                          saved_from)
+from tests.troubleshooting.common import GLOO_ERROR, check_errors, error_lines, run_together
 
 SNIPPET = "troubleshooting/mismatch.py"
 TIMEOUT = 5  # seconds, as the page's command says
