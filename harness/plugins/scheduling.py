@@ -48,9 +48,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(trylast=True)  # after the tests are selected
 def pytest_collection_modifyitems(config, items):
-    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider (tools/gpu-check)
-    seconds = {**json.loads(MEASURED_SECONDS.read_text()),
-               **(cache.get(FILE_SECONDS, {}) if cache else {})}
+    seconds = {**json.loads(MEASURED_SECONDS.read_text()), **config.cache.get(FILE_SECONDS, {})}
     files: dict[str, set[str]] = {}  # group: the files its tests are in
     for item in items:
         files.setdefault(group(item.nodeid), set()).add(item.nodeid.split("::")[0])
@@ -64,7 +62,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    if _seconds and hasattr(session.config, "cache") and not hasattr(session.config, "workerinput"):
+    if _seconds and not hasattr(session.config, "workerinput"):
         kept = session.config.cache.get(FILE_SECONDS, {})
         session.config.cache.set(FILE_SECONDS, {**kept, **{k: round(v, 1)
                                                             for k, v in _seconds.items()}})

@@ -83,7 +83,6 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_sessionfinish(session):
-    if COMPARED and hasattr(session.config, "cache") and not session.config.getoption(
-            "only_compared"):  # no cache with -p no:cacheprovider (tools/gpu-check)
+    if COMPARED and not session.config.getoption("only_compared"):
         name = os.environ.get("PYTEST_XDIST_WORKER", "main")
         (_compared_dir(session.config) / f"{name}.txt").write_text("\n".join(sorted(COMPARED)))
