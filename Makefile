@@ -15,6 +15,9 @@ PYTEST_ARGS ?=
 # that share runs); JOBS=0 runs them one by one.
 JOBS ?= 3
 PARALLEL = -n $(JOBS) --dist loadscope
+# What make outputs records: 1, each output and its command; commands, only the commands
+# (each output must still compare as in make test).
+OUTPUTS ?= 1
 # The centre profile the site is built and tested for (profiles/*.toml; empty: the
 # default, profiles/default.toml). Sphinx and pytest read it from the environment.
 CENTRE ?=
@@ -32,6 +35,7 @@ help:
 	@echo "                (PYTHON=python3: in that Python as it is, installing nothing)"
 	@echo "make rehearse   run the tests' one-GPU cases on the CPU (tools/gpu-check runs them on a GPU)"
 	@echo "make outputs    rerun the snippets and recapture the output the pages show"
+	@echo "make outputs OUTPUTS=commands  rewrite only the command above each output"
 	@echo "make spelling   spell-check the pages (en_GB)"
 	@echo "make linkcheck  check internal links"
 	@echo "make livehtml   rebuild and reload the site while you edit"
@@ -109,7 +113,7 @@ test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)
 
 outputs: $(STAMP)
-	UPDATE_OUTPUTS=1 $(BIN)/pytest -m "not multigpu" $(PARALLEL) $(PYTEST_ARGS)
+	UPDATE_OUTPUTS=$(OUTPUTS) $(BIN)/pytest -m "not multigpu" $(PARALLEL) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)

@@ -1,6 +1,6 @@
-"""Launchers for the snippets of docs/frameworks: Horovod's ``horovodrun``, Accelerate's
-``accelerate launch``, and TensorFlow's workers (in the venv of their own that
-`make test-extras` creates)."""
+"""Launchers for the snippets of docs/frameworks and DeepSpeed: Horovod's
+``horovodrun``, DeepSpeed's ``deepspeed``, Accelerate's ``accelerate launch``, and
+TensorFlow's workers (in the venv of their own that `make test-extras` creates)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import os
 import sys
 
-from harness.launch import BIN, DEVICE_ENV, ROOT, Launch, Proc, free_port, launcher
+from harness.launch import (BIN, DEVICE_ENV, READER_PORT, ROOT, Launch, Proc, free_port,
+                            launcher, reader_command)
 
 #: TensorFlow lives in a venv of its own; `make test-extras` creates it.
 TF_VENV = ROOT / ".venv-tf"
@@ -21,6 +22,14 @@ def _horovodrun(l: Launch) -> list[Proc]:
     n = l.nproc * l.nnodes
     return [Proc("horovodrun", [str(BIN / "horovodrun"), "-np", str(n), "-H", f"localhost:{n}",
                                 "--gloo", sys.executable, str(l.script), *l.args])]
+
+
+@launcher("deepspeed")
+def _deepspeed(l: Launch) -> list[Proc]:
+    """``deepspeed --num_gpus=N --master_port=PORT script.py``: DeepSpeed's launcher starts
+    the ranks with ``--local_rank=N``; the run's port."""
+    return [Proc("deepspeed", [str(BIN / "deepspeed"), f"--num_gpus={l.nproc}",
+                               f"--master_port={l.port}", str(l.script), *l.args])]
 
 
 @launcher("accelerate")
@@ -46,7 +55,17 @@ def _tf_python(l: Launch) -> list[Proc]:
     return [Proc("python", [str(TF_PYTHON), str(l.script), *l.args], tf_gpus(l))]
 
 
-@launcher("tf-workers")
+def _tf_workers_command(l: Launch, procs: list[Proc]) -> list[str]:
+    """A line per worker, as on a node of its own; the workers' ports shown from
+    :data:`READER_PORT` on."""
+    workers = [f"127.0.0.1:{READER_PORT + i}" for i in range(len(procs))]
+    return reader_command(l, [
+        Proc(p.name, p.argv, {**p.env, "TF_CONFIG": json.dumps(
+            {**json.loads(p.env["TF_CONFIG"]), "cluster": {"worker": workers}})})
+        for p in procs])
+
+
+@launcher("tf-workers", command=_tf_workers_command)
 def _tf_workers(l: Launch) -> list[Proc]:
     """One TensorFlow worker per node, each told the cluster and its place in TF_CONFIG,
     as the job script of docs/frameworks/tensorflow.md does."""

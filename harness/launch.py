@@ -20,6 +20,7 @@ import os
 import pickle
 import re
 import runpy
+import shlex
 import shutil
 import signal
 import socket
@@ -122,6 +123,11 @@ class Result:
     outputs: list[Output]
     ranks_started: set[int]
     workdir: Path
+    #: The command a reader types for each process the launcher started
+    #: (:func:`reader_command`): what a captured output shows above the output.
+    command: list[str] = field(default_factory=list)
+    #: The port the processes met at, which the command shows as :data:`READER_PORT`.
+    port: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -154,6 +160,9 @@ class Result:
 
 
 LAUNCHERS: dict[str, Callable[[Launch], list[Proc]]] = {}
+#: A launcher's own way of writing the reader's command, where :func:`reader_command`'s
+#: reading of its processes is not what a reader types (``sbatch``, ``python``).
+COMMANDS: dict[str, Callable[[Launch, list[Proc]], list[str]]] = {}
 #: Every script :func:`run` started in this process, in order (the GPU report reads which
 #: snippets each test ran: harness/gpu_report.py).
 RAN: list[Path] = []
@@ -199,14 +208,91 @@ def _shared_call(fn, args):
         return value
 
 
-def launcher(name: str):
-    """Register a function that turns a :class:`Launch` into processes."""
+def launcher(name: str, command: Callable[[Launch, list[Proc]], list[str]] | None = None):
+    """Register a function that turns a :class:`Launch` into processes (and, with
+    ``command``, how the reader's command is written for them)."""
 
     def register(build: Callable[[Launch], list[Proc]]):
         LAUNCHERS[name] = build
+        if command is not None:
+            COMMANDS[name] = command
         return build
 
     return register
+
+
+# --- The reader's command -----------------------------------------------------------------
+
+#: The port a reader's command shows where the run used its own free port: torch's default.
+READER_PORT = 29500
+#: Variables a launcher sets that belong to the reader's command (the hand-set environment
+#: of a rank, what Slurm or Open MPI would set, the meeting point, TensorFlow's cluster).
+SHOWN_VARIABLES = re.compile(
+    r"(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|TF_CONFIG"
+    r"|SLURM_\w+|OMPI_\w+)$")
+#: Variables a test gives a run (``run(env=...)``) that are the reader's to set: which GPUs
+#: a process sees, and the settings of PyTorch, NCCL and TensorFlow.
+READER_VARIABLES = re.compile(r"(CUDA_VISIBLE_DEVICES|(PYTORCH|TORCH|NCCL|TF)_\w+)$")
+#: Words the tests add that a reader never types: Open MPI run as root in a container or
+#: with more ranks than cores, and the tests' wrapper that has every rank save what it
+#: holds (tests/frameworks/common.py, tests/ddp/train_runs.py).
+TESTS_ONLY = {"--allow-run-as-root", "--oversubscribe", "every_rank_saves.py"}
+
+
+def reader_command(l: Launch, procs: list[Proc]) -> list[str]:
+    """The command a reader types for each process, as one shell line each: programs by
+    their names (``python``, ``torchrun``), files by their names (the reader runs them in
+    their folder), the variables the test or the launcher set in front
+    (:data:`READER_VARIABLES`, :data:`SHOWN_VARIABLES`), and the run's own port as
+    :data:`READER_PORT`."""
+    given = {k: v for k, v in l.env.items() if READER_VARIABLES.match(k)}
+    return [_readable(proc, meeting_port(l), given) for proc in procs]
+
+
+def meeting_port(l: Launch) -> int:
+    """The port the processes of a launch meet at: the run's own, or the one its test
+    named (``master_port``)."""
+    return l.options.get("master_port", l.port)
+
+
+def as_reader_port(text: str, port: int | None) -> str:
+    """``text`` with the run's ``port`` written as :data:`READER_PORT`."""
+    return text if port is None else re.sub(rf"(?<![\d.]){port}(?!\d)", str(READER_PORT), text)
+
+
+def _readable(proc: Proc, port: int, given: dict[str, str]) -> str:
+    argv = list(proc.argv)
+    variables = given | {k: v for k, v in proc.env.items() if SHOWN_VARIABLES.match(k)}
+    if argv[0] == "env":  # env [-u NAME | -C DIR | NAME=VALUE]... PROGRAM ARGS
+        i = 1
+        while i < len(argv) and (argv[i] in ("-u", "-C") or "=" in argv[i]):
+            if argv[i] in ("-u", "-C"):
+                i += 2
+                continue
+            name, _, value = argv[i].partition("=")
+            if SHOWN_VARIABLES.match(name):
+                variables[name] = value
+            i += 1
+        argv = argv[i:]
+    if argv[:len(TORCHRUN)] == TORCHRUN:
+        argv = ["torchrun", *argv[len(TORCHRUN):]]
+    words = [_program(w) for w in argv]
+    line = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in variables.items()),
+                     shlex.join(w for w in words if w not in TESTS_ONLY)])
+    return as_reader_port(line, port)
+
+
+def _program(word: str) -> str:
+    """A path by its file name; a Python interpreter as ``python``."""
+    if not os.path.isabs(word):
+        return word
+    name = Path(word).name
+    return "python" if re.fullmatch(r"python[\d.]*", name) else name
+
+
+def command_of(l: Launch, procs: list[Proc], launcher_name: str) -> list[str]:
+    """The reader's command for a launch: the launcher's own way, else :func:`reader_command`."""
+    return COMMANDS.get(launcher_name, reader_command)(l, procs)
 
 
 def free_port() -> int:
@@ -246,7 +332,13 @@ def snippet_code(path: str | Path) -> dict:
     return runpy.run_path(str(snippet(path)))
 
 
-@launcher("python")
+def _python_command(l: Launch, procs: list[Proc]) -> list[str]:
+    """``python script.py ARGS``: the meeting point the launcher sets is what a spawning
+    script defaults to (127.0.0.1:29500), so the reader sets nothing."""
+    return reader_command(l, [Proc(p.name, p.argv) for p in procs])
+
+
+@launcher("python", command=_python_command)
 def _python(l: Launch) -> list[Proc]:
     """``python script.py``: one process; an ``mp.spawn`` script starts its own ranks."""
     return [Proc("python", [sys.executable, str(l.script), *l.args],
@@ -335,15 +427,19 @@ def _env(l: Launch) -> list[Proc]:
 
 @launcher("mpirun")
 def _mpirun(l: Launch) -> list[Proc]:
-    """``mpirun -np N python script.py``: Open MPI starts every rank and sets OMPI_COMM_WORLD_*.
+    """``mpirun -np N -x MASTER_ADDR=... -x MASTER_PORT=... python script.py``: Open MPI
+    starts every rank and sets OMPI_COMM_WORLD_*; the meeting point is PyTorch's (option
+    ``master=False``: none, as Horovod needs none).
 
-    Rank 0's output is mpirun's standard output. ``--allow-run-as-root`` is
-    added only when the tests run as root; readers never need it.
+    Rank 0's output is mpirun's standard output. ``--allow-run-as-root`` (added only
+    when the tests run as root) and ``--oversubscribe`` (more ranks than this machine
+    has cores) are the tests'; readers on a cluster's nodes need neither.
     """
     as_root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    meeting = (["-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={l.port}"]
+               if l.options.get("master", True) else [])
     return [Proc("mpirun", ["mpirun", *as_root, "--oversubscribe", "-np", str(l.nproc * l.nnodes),
-                            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={l.port}",
-                            sys.executable, str(l.script), *l.args])]
+                            *meeting, sys.executable, str(l.script), *l.args])]
 
 
 @launcher("bash")
@@ -466,7 +562,8 @@ def run(
     codes = [p.returncode for p in popens]
     returncode = next((c for c in codes if c), 0)
     ranks = {int(f.name) for f in ranks_dir.iterdir()}
-    result = Result(path, launcher, returncode, timed_out, seconds, outputs, ranks, workdir)
+    result = Result(path, launcher, returncode, timed_out, seconds, outputs, ranks, workdir,
+                    command_of(spec, procs, launcher), meeting_port(spec))
     _log_launch(result, len(procs), world_size)
     if check:
         problems = []

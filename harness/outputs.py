@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import profile as centre
-from harness.launch import DEVICE_ENV, SNIPPETS, Result, snippet
+from harness.launch import DEVICE_ENV, SNIPPETS, Result, as_reader_port, snippet
 
 # --- What is masked -----------------------------------------------------------------------
 
@@ -122,7 +122,10 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
     "troubleshooting/allreduce_bw.out": [
         (r"[\d.]+ GB/s", "<n> GB/s", "bandwidth measured with a clock")],
     "troubleshooting/dump_stacks.out": [
-        (r"\bThread \d+", "Thread <pid>", "process ids")],
+        (r"\bThread \d+", "Thread <pid>", "process ids"),
+        (r"dump_stacks\.sh \d+", "dump_stacks.sh <job id>", "the job's id")],
+    "ddp/train.diff.out": [
+        (r"(?m)^((?:---|\+\+\+) \S+)\t.*$", r"\1", "when the files were last changed")],
     "ddp/topology*.out": [
         (r"(?m)^  host (\d+): \S+$", r"  host \1: <host>", "the machine's name"),
         (r"(?m)\d+ of \d+$", "<n> of <n>", "CPUs usable depend on the machine")],
@@ -275,8 +278,63 @@ def output_path(script: Path, variant: str | None = None) -> Path:
 
 def check_output(result: Result, variant: str | None = None,
                  tolerance: Tolerance = FP32) -> None:
-    """Compare (or, with UPDATE_OUTPUTS=1, record) the run's stdout with its .out file."""
-    check_text(result.stdout, result.script, variant, tolerance)
+    """Compare (or, with UPDATE_OUTPUTS=1, record) the run's stdout and its command with
+    its .out file."""
+    check_text(result.stdout, result.script, variant, tolerance, command=result.command,
+               port=result.port)
+
+
+def _name(path: Path) -> str:
+    path = path.resolve()
+    return path.relative_to(SNIPPETS).as_posix() if path.is_relative_to(SNIPPETS) else str(path)
+
+
+# --- The command above the output ---------------------------------------------------------
+
+#: What starts each line of the command at the top of an output file.
+PROMPT = "$ "
+
+
+def split_command(text: str) -> tuple[list[str], str]:
+    """The command lines at the top of an output file (without their prompt), and the
+    output below them."""
+    lines = text.splitlines(keepends=True)
+    count = next((i for i, line in enumerate(lines) if not line.startswith(PROMPT)), len(lines))
+    return [line[len(PROMPT):].rstrip("\n") for line in lines[:count]], "".join(lines[count:])
+
+
+def with_command(command: list[str], output: str) -> str:
+    """An output file's text: the command, one ``$ `` line per process it starts, then
+    what it printed."""
+    return "".join(f"{PROMPT}{line}\n" for line in command) + output
+
+
+#: Output files that show no command, and why: what they show is not what one command
+#: printed (relative to snippets/).
+WITHOUT_COMMAND = {
+    "basics/notebook.out": "a notebook's cells, run one after the other in Jupyter",
+    "tools/estimate_memory.validation.out": "a table that puts runs at 1, 2 and 4 ranks "
+                                            "beside the estimates",
+    "frameworks/ddp_from_horovod.compare.out": "a table that compares what two runs saved",
+}
+
+
+def command_difference(captured: list[str], ran: list[str], path: Path) -> str | None:
+    """Why the command an output file shows is not the command that ran (paths, ports and
+    host names masked), or None."""
+    if not captured and not ran and _name(path) in WITHOUT_COMMAND:
+        return None
+    if not ran:
+        return f"no command printed it: say why in WITHOUT_COMMAND ({__name__})"
+    if not captured:
+        return "it shows no command: run `make outputs` (or UPDATE_OUTPUTS=commands)"
+    want = [" ".join(mask(line, path).split()) for line in captured]
+    got = [" ".join(mask(line, path).split()) for line in ran]
+    if want != got:
+        return ("the command it shows is not the command that ran\n"
+                + "\n".join(f"  shown: $ {line}" for line in captured)
+                + "\n" + "\n".join(f"  ran:   $ {line}" for line in ran))
+    return None
 
 
 #: Node ids of the tests that compared an output with floating-point figures in this
@@ -294,34 +352,49 @@ def has_floats(text: str, path: Path | None = None) -> bool:
 
 
 def check_text(actual: str, script: str | Path, variant: str | None = None,
-               tolerance: Tolerance = FP32, job: str | Path | None = None) -> None:
+               tolerance: Tolerance = FP32, job: str | Path | None = None, *,
+               command: str | list[str], port: int | None = None) -> None:
     """As :func:`check_output`, for text other than a run's stdout (error lines, a diff, a
-    table the test builds from a run) shown from ``<script stem>[.variant].out``.
+    table the test builds from a run) shown from ``<script stem>[.variant].out``, below
+    ``command`` (the reader's command that printed it, a line per process it starts).
 
     ``script`` is a path, or a name relative to ``snippets/``. The pages show the runs of
     job scripts rendered for the default centre profile: under another profile
     (``CENTRE``), a job script's output is not compared (its test asserts what the job
     did instead) and never recorded; nor is what another script printed about a job
     (``job``: that job's script).
+
+    ``UPDATE_OUTPUTS=1`` records the run, with the run's ``port`` written as the command
+    shows it (harness.launch.READER_PORT); ``UPDATE_OUTPUTS=commands`` records only the
+    command, after the output has compared as usual.
     """
+    command = [command] if isinstance(command, str) else list(command)
     if centre.needs_rendering(snippet(job or script)) and not centre.load().is_default:
-        assert os.environ.get("UPDATE_OUTPUTS") != "1", (
+        assert os.environ.get("UPDATE_OUTPUTS") in (None, ""), (
             "outputs are captured with the default centre profile: unset CENTRE")
         return
     path = output_path(snippet(script), variant)
-    captured = path.read_text() if path.exists() else None
+    shown, captured = (split_command(path.read_text()) if path.exists() else ([], None))
     current = os.environ.get("PYTEST_CURRENT_TEST")
     if current and captured is not None and has_floats(captured, path):
         COMPARED.add(current.rsplit(" (", 1)[0])
-    if os.environ.get("UPDATE_OUTPUTS") == "1":
+    update = os.environ.get("UPDATE_OUTPUTS")
+    if update:
         assert os.environ.get(DEVICE_ENV) == "cpu", (
             f"{path.name}: the pages show CPU runs; a test with GPUs never rewrites them")
-        path.write_text(actual)
+    if update == "1":
+        path.write_text(with_command(command, as_reader_port(actual, port)))
         return
     assert captured is not None, f"{path} is missing: run `make outputs` to capture it"
+    name = _name(path)
     problems = differences(captured, actual, path, tolerance)
     if problems:
-        name = path.relative_to(SNIPPETS) if path.is_relative_to(SNIPPETS) else path
         raise AssertionError(
             f"the output shown on the page ({name}) has drifted; "
             f"run `make outputs` if the change is right\n" + "\n".join(problems))
+    if update == "commands":
+        path.write_text(with_command(command, captured))
+        return
+    why = command_difference(shown, command, path)
+    if why:
+        raise AssertionError(f"{name}: {why}")

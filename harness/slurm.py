@@ -32,8 +32,8 @@ if __name__ == "__main__":  # run as `python harness/slurm.py`: import the packa
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from harness import profile as centre
-from harness.launch import (BIN, LAUNCHERS, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc, launcher,
-                            shell)
+from harness.launch import (BIN, COMMANDS, LAUNCHERS, ROOT, RUN_TAG, SESSION_TAG, Launch, Proc,
+                            launcher, reader_command, shell)
 
 LOCAL_SLURM = ROOT / "tools" / "local-slurm"
 POLL_SECONDS = 0.5
@@ -148,7 +148,19 @@ MPIRUN_AS_ROOT = ({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIR
                   if os.geteuid() == 0 else {})
 
 
-@launcher("sbatch")
+def _sbatch_command(l: Launch, procs: list[Proc]) -> list[str]:
+    """``sbatch [OPTIONS] script.sbatch [ARGS]``, typed in the folder that holds the script,
+    or with ``submit_dir``, there, naming the script by its path from there (the harness
+    follows the job to its end and prints its output file; where that file goes, the
+    test's ``--output``, is the test's business)."""
+    options = [o for o in l.options.get("sbatch_args", ()) if not o.startswith("--output=")]
+    script = l.script.name
+    if l.options.get("submit_dir") is not None:
+        script = os.path.relpath(l.script, l.options["submit_dir"])
+    return reader_command(l, [Proc("sbatch", ["sbatch", *options, script, *l.args])])
+
+
+@launcher("sbatch", command=_sbatch_command)
 def _sbatch(l: Launch) -> list[Proc]:
     """``sbatch [OPTIONS] script.sbatch [ARGS]`` from the run's directory, followed to the end.
 
@@ -216,7 +228,7 @@ def outside_the_job(name: str):
 
 # On the GPU cluster the tests run in (tests/slurm/real_cluster.py).
 for _name in ("sbatch", "srun", "bash"):
-    launcher(f"real-{_name}")(outside_the_job(_name))
+    launcher(f"real-{_name}", COMMANDS.get(_name))(outside_the_job(_name))
 
 
 # --- Modules ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness.launch import Launch, Proc, launcher
+from harness.launch import Launch, Proc, launcher, reader_command
 
 _JOB = {"SLURM_JOB_ID": "3137", "SLURM_NODEID": "0"}
 _BATCH = _JOB | {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2"}
@@ -67,7 +67,16 @@ def _started_by(l: Launch) -> list[Proc]:
                             sys.executable, str(l.script), *l.args])]
 
 
-@launcher("srun-env")
+def _srun_command(l: Launch, procs: list[Proc]) -> list[str]:
+    """What a job script types: ``srun --ntasks=N python script.py``, after exporting the
+    meeting point."""
+    first = procs[0]
+    proc = Proc("srun", ["srun", f"--ntasks={l.nproc * l.nnodes}", "python", *first.argv[1:]],
+                {k: first.env[k] for k in ("MASTER_ADDR", "MASTER_PORT")})
+    return reader_command(l, [proc])
+
+
+@launcher("srun-env", command=_srun_command)
 def _srun_env(l: Launch) -> list[Proc]:
     """One process per task with the variables srun sets (SLURM_JOB_ID, SLURM_STEP_ID,
     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID...) and the MASTER_ADDR and MASTER_PORT the

@@ -159,12 +159,16 @@ class Snippet(LiteralInclude):
 
 
 class SnippetOutput(Snippet):
-    """Include the output captured from a real run of a snippet."""
+    """Include the output captured from a real run of a snippet, below the command that
+    ran it (the file's ``$`` lines), as a console session."""
 
     download = False
 
     def run(self):
         self.options.setdefault("caption", f"Output of a run ({Path(self.arguments[0]).name})")
+        file = snippets_dir(self.state.document.settings.env) / self.arguments[0]
+        if file.is_file() and file.read_text().startswith("$ "):
+            self.options.setdefault("language", "console")
         return super().run()
 
 

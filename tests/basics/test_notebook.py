@@ -79,7 +79,7 @@ def test_torchrun_and_an_imported_worker_work_a_worker_defined_in_the_notebook_f
         assert "GPU 0:" in cells[1]  # nvidia-smi -L lists the GPUs
     else:
         assert_the_three_ways(cells, 2, "gloo on cpu")
-        check_text(page_text(cells), NOTEBOOK)
+        check_text(page_text(cells), NOTEBOOK, command=())
 
         # Both ways match the same training in one process, on all the samples at once.
         alone = run(result.workdir / "ddp_worker.py", launcher="torchrun", nproc=1)

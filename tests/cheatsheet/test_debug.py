@@ -3,18 +3,17 @@
 Submitted as it is, next to ranks.py: the job exports the debug variables, and
 torchrun's processes, which inherit them, run and write their output to files of their
 own. With TORCH_DISTRIBUTED_DEBUG=DETAIL the collectives go through PyTorch's checking
-wrapper; the run must still succeed. On a GPU cluster, NCCL_DEBUG=INFO makes NCCL report
-its version in rank 0's log.
+wrapper; the run must still succeed. On a GPU cluster, the same test on 2 GPUs of one
+node (tests/slurm/clusters.py), where NCCL_DEBUG=INFO makes NCCL report its version in
+rank 0's log.
 """
 
 from pathlib import Path
 
-import pytest
-
 from harness.outputs import check_output
 from tests.cheatsheet.log_files import assert_log_files
-from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import GPUS, PROFILE, job_end
 
 SNIPPET = "cheatsheet/debug.sbatch"
 #: The job asks for 2 GPUs; where the profile makes GPU jobs take whole nodes
@@ -31,18 +30,14 @@ def assert_debugged_run(job, ranks: int) -> Path:
     return assert_log_files(job.workdir, ranks)
 
 
-@pytest.mark.slurm
-def test_the_ranks_run_with_every_debug_variable():
-    job = submit(SNIPPET, files=FILES, world_size=RANKS)
-    check_output(job)
-    assert_debugged_run(job, RANKS)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    job = submit_real(cluster, SNIPPET, files=FILES, world_size=2,
-                      sbatch_args=cluster.shape(tasks_per_gpu=False, nodes=1, gpus_per_node=2))
-    logs = assert_debugged_run(job, 2)
-    rank_0 = (logs / "0" / "stdout.log").read_text() + (logs / "0" / "stderr.log").read_text()
-    assert "NCCL INFO NCCL version" in rank_0
+@on_each_cluster()
+def test_the_ranks_run_with_every_debug_variable(cluster):
+    ranks = cluster.pick(RANKS, 2)
+    job = cluster.submit(SNIPPET, files=FILES, world_size=ranks, sbatch_args=cluster.shape(
+        tasks_per_gpu=False, nodes=1, gpus_per_node=2))
+    if not cluster.real:
+        check_output(job)
+    logs = assert_debugged_run(job, ranks)
+    if cluster.real:
+        rank_0 = (logs / "0" / "stdout.log").read_text() + (logs / "0" / "stderr.log").read_text()
+        assert "NCCL INFO NCCL version" in rank_0

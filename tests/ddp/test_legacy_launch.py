@@ -23,7 +23,8 @@ def test_torch_distributed_launch_still_exists_and_passes_an_argument_the_script
     assert usage == ["usage: legacy_launch.py [-h] [--local_rank LOCAL_RANK]"]
     assert errors and all(re.fullmatch(r"legacy_launch.py: error: unrecognized arguments: "
                                        r"--local-rank=[01]", line) for line in errors)
-    check_text(f"FutureWarning: {warning}\n\n{usage[0]}\n{errors[0]}\n", SNIPPET, "launch")
+    check_text(f"FutureWarning: {warning}\n\n{usage[0]}\n{errors[0]}\n", SNIPPET, "launch",
+               command=result.command)
 
 
 @on_each_device(gpus=2, one_gpu=True)

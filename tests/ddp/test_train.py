@@ -7,11 +7,12 @@ which the other tests of docs/ddp and docs/quickstart.md share.
 import socket
 
 import pytest
+import torch
 
 from harness.launch import Result, run
 from harness.outputs import BARRIER_WARNING, GPU_ATOL, check_output, check_text
 from harness.slurm_env import STARTED_BY
-from tests.compare import assert_same_state, load
+from tests.compare import assert_every_rank_holds_the_same, assert_same_state, load
 from tests.ddp.train_runs import (SNIPPET, final_parameters, held_out_accuracy, losses,
                                   needs_mpirun, one_process, stderr_lines, train, two_ranks)
 from tests.devices import on_each_device
@@ -47,11 +48,10 @@ def test_four_processes_on_two_nodes_hold_identical_parameters_equal_to_one_proc
     result = train(launcher="torchrun-static", world=4, nnodes=2, every_rank_saves=True)
     check_output(result, "two-nodes")
     assert "final parameters identical on all ranks (world size 4)" in result.stdout
-    saved = final_parameters(result)
-    for rank in range(4):  # what every rank held when it ended, saved by the test's wrapper
-        own = load(result.workdir / f"rank{rank}.pt")
-        assert_same_state(own, saved, atol=0)
-    assert_same_state(saved, final_parameters(one_process()), atol=1e-6)
+    final = final_parameters(result)
+    held = assert_every_rank_holds_the_same(result, 4)  # what each rank held when it ended
+    assert_same_state(dict(zip(final, map(torch.from_numpy, held))), final, atol=0)
+    assert_same_state(final, final_parameters(one_process()), atol=1e-6)
     assert [label for label, _ in losses(result.stdout)] == [label for label, _ in losses(two_ranks().stdout)]
     for (_, loss), (_, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):
         assert loss == pytest.approx(loss1, abs=1e-4)
@@ -99,7 +99,7 @@ def one_line_error(result: Result, variant: str) -> str:
     lines = stderr_lines(result, r"^train\.py: ")
     assert len(lines) == 1, result.report()
     assert "Traceback" not in result.text.split(lines[0])[-1], result.report()
-    check_text(lines[0] + "\n", SNIPPET, variant)
+    check_text(lines[0] + "\n", SNIPPET, variant, command=result.command, port=result.port)
     return lines[0]
 
 

@@ -4,7 +4,6 @@ launching,migrating}.md and of docs/quickstart.md compare with, each run once pe
 held-out accuracy, its final parameters, lines of its stderr.
 """
 
-import dataclasses
 import re
 import shutil
 import tempfile
@@ -13,40 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.launch import Result, run, shared, snippet
-from tests.compare import load
+from harness.launch import Result, run, shared
+from tests.compare import load, run_every_rank_saves
 
 SNIPPET = "ddp/train.py"
 STEP_BATCH = 32  # samples per step over all processes: --batch-size is STEP_BATCH // world size
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
                                   reason="needs Open MPI's mpirun (Debian: apt-get install openmpi-bin)")
-
-
-# A test-only wrapper: it runs a snippet unchanged, and when the snippet destroys its
-# process group, every rank first saves its DDP model's parameters to rank<N>.pt. This
-# checks that all replicas agree independently of the snippet's own checksum.
-EVERY_RANK_SAVES = '''\
-import runpy, sys
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
-models = []
-init = DistributedDataParallel.__init__
-def record(self, *args, **kwargs):
-    init(self, *args, **kwargs)
-    models.append(self)
-DistributedDataParallel.__init__ = record
-
-destroy = dist.destroy_process_group
-def save_then_destroy(*args, **kwargs):
-    for model in models:
-        torch.save(model.module.state_dict(), f"rank{dist.get_rank()}.pt")
-    destroy(*args, **kwargs)
-dist.destroy_process_group = save_then_destroy
-
-sys.argv.pop(0)
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
 
 
 def stderr_lines(result: Result, pattern: str) -> list[str]:
@@ -78,14 +50,9 @@ def train(*args, launcher: str, world: int, nnodes: int = 1, every_rank_saves: b
           **options) -> Result:
     """Run train.py with --batch-size STEP_BATCH // world on ``world`` processes."""
     batch = ["--batch-size", str(STEP_BATCH // world)]
-    script, workdir = SNIPPET, Path(tempfile.mkdtemp(prefix="ddp-train-"))
-    if every_rank_saves:
-        script = workdir / "every_rank_saves.py"
-        script.write_text(EVERY_RANK_SAVES)
-        args = (str(snippet(SNIPPET)), *args)
-    result = run(script, *args, *batch, launcher=launcher, nproc=world // nnodes, nnodes=nnodes,
-                 workdir=workdir, **options)
-    return dataclasses.replace(result, script=snippet(SNIPPET))
+    start = run_every_rank_saves if every_rank_saves else run
+    return start(SNIPPET, *args, *batch, launcher=launcher, nproc=world // nnodes, nnodes=nnodes,
+                 workdir=Path(tempfile.mkdtemp(prefix="ddp-train-")), **options)
 
 
 @shared

@@ -7,13 +7,13 @@ import pytest
 
 from harness.launch import run, shared, snippet
 from harness.outputs import check_output
-from tests.compare import assert_same_state, load, without_deepspeed_noise
+from tests.compare import (assert_every_rank_holds_the_same, assert_same_state, load, rank_stdout,
+                           run_every_rank_saves, saved, without_deepspeed_noise)
 from tests.devices import on_each_device
-from tests.frameworks.common import (assert_every_rank_holds_the_same, needs_accelerate,
-                                     rank_stdout, run_every_rank_saves, saved)
-from tests.slurm.jobs import GPUS, job_end, submit
-from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
-                                      submit_real)
+from tests.frameworks.common import needs_accelerate
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import GPUS, job_end
+from tests.slurm.real_cluster import GPU_ATOL
 
 SNIPPET = "frameworks/accelerate_train.py"
 RANKS = 2
@@ -86,30 +86,22 @@ def test_without_cpu_true_processes_on_a_machine_without_gpus_train_alone(tmp_pa
         assert printed.count("(64 steps per process)") == 3  # each read all the data
 
 
-@pytest.mark.slurm
-def test_the_job_script_trains_on_two_nodes_as_many_processes_on_one():
-    world = 2 * GPUS  # one process per GPU of two nodes
-    job = submit("frameworks/accelerate_train.sbatch", files=(SNIPPET,), world_size=world)
-    check_output(without_deepspeed_noise(job), "slurm")
-    assert job.stdout.startswith(f"processes: {world}, MULTI_CPU on cpu\n")  # once, not per node
-    assert job.stdout.count("saved model.pt") == 1
-    assert job_end(job)["state"] == "COMPLETED"
-    one_node = run(SNIPPET, launcher="torchrun", nproc=world)
-    assert_same_state(load(job.workdir / "model.pt"), load(one_node.workdir / "model.pt"), atol=0)
-
-
-@on_the_gpu_cluster()
-def test_the_job_script_on_a_gpu_cluster():
-    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
-    `accelerate launch` per node, and the model of torchrun on as many of this node's GPUs."""
-    cluster = real_cluster()
-    per_node = cluster.gpus_per_node // cluster.nodes
+@on_each_cluster()
+def test_the_job_script_trains_on_two_nodes_as_many_processes_on_one(cluster):
+    """One process per GPU of two nodes. On a GPU cluster, the one the tests run in
+    (tests/slurm/clusters.py): one `accelerate launch` per node of its job, together on
+    as many GPUs as this node has, and the model of torchrun on as many of this node's GPUs."""
+    per_node = cluster.pick(GPUS, cluster.gpus_per_node // cluster.nodes)
     world = cluster.nodes * per_node
-    job = submit_real(cluster, "frameworks/accelerate_train.sbatch", files=(SNIPPET,),
-                      world_size=world,
-                      sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
-    assert job.stdout.startswith(f"processes: {world}, MULTI_GPU on cuda\n")  # printed once
+    job = cluster.submit("frameworks/accelerate_train.sbatch", files=(SNIPPET,),
+                         world_size=world,
+                         sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
+    if not cluster.real:
+        check_output(without_deepspeed_noise(job), "slurm")
+    mode = cluster.pick("MULTI_CPU on cpu", "MULTI_GPU on cuda")
+    assert job.stdout.startswith(f"processes: {world}, {mode}\n")  # once, not per node
     assert job.stdout.count("saved model.pt") == 1
     assert job_end(job)["state"] == "COMPLETED"
     one_node = run(SNIPPET, launcher="torchrun", nproc=world)
-    assert_same_state(load(job.workdir / "model.pt"), load(one_node.workdir / "model.pt"), GPU_ATOL)
+    assert_same_state(load(job.workdir / "model.pt"), load(one_node.workdir / "model.pt"),
+                      atol=cluster.pick(0, GPU_ATOL))

@@ -8,10 +8,9 @@ import pytest
 
 from harness.launch import DEFAULT_TIMEOUT
 from harness.outputs import check_text
-from tests.compare import load
+from tests.compare import assert_every_rank_holds_the_same, load, run_every_rank_saves
 from tests.devices import on_each_device
-from tests.frameworks.common import (assert_every_rank_holds_the_same, horovodrun, needs_horovod,
-                                     run_every_rank_saves)
+from tests.frameworks.common import horovodrun, needs_horovod
 
 SNIPPET = "frameworks/ddp_from_horovod.py"
 HOROVOD = "frameworks/horovod_train.py"
@@ -67,4 +66,4 @@ def test_the_ddp_translation_trains_exactly_as_horovod(device):
         lines.append(f"{name:<10}{'x'.join(map(str, a.shape)):>10}{difference:>20}")
         assert difference == 0, name
     if not device.gpus:  # the page shows the CPU run
-        check_text("\n".join(lines) + "\n", SNIPPET, "compare")
+        check_text("\n".join(lines) + "\n", SNIPPET, "compare", command=())

@@ -8,13 +8,12 @@ import pytest
 
 from harness.launch import shared
 from harness.outputs import check_output
-from tests.compare import load
+from tests.compare import assert_every_rank_holds_the_same, load, run_every_rank_saves
 from tests.devices import on_each_device
-from tests.frameworks.common import (assert_every_rank_holds_the_same, horovodrun, needs_horovod,
-                                     run_every_rank_saves)
-from tests.slurm.jobs import GPUS, job_end, submit
-from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster,
-                                      submit_real)
+from tests.frameworks.common import horovodrun, needs_horovod
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import job_end
+from tests.slurm.real_cluster import GPU_ATOL
 
 SNIPPET = "frameworks/horovod_train.py"
 
@@ -30,7 +29,7 @@ def horovod_built_with_mpi() -> bool:
 @shared
 def mpirun(processes: int):
     """The script under mpirun (Horovod's MPI controller), once per number of processes."""
-    return run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=processes)
+    return run_every_rank_saves(SNIPPET, launcher="mpirun", nproc=processes, master=False)
 
 
 @on_each_device(gpus=2, one_gpu=True)
@@ -67,41 +66,28 @@ def test_mpirun_ends_with_the_parameters_of_horovodrun():
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.slurm
-def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi():
+@on_each_cluster()
+def test_the_job_script_starts_one_task_per_gpu_connected_by_mpi(cluster):
+    """On a GPU cluster, the one the tests run in (tests/slurm/clusters.py): one task per
+    GPU of one node, ending with the model of horovodrun on as many of this node's GPUs."""
     if not horovod_built_with_mpi():
         pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
-    result = submit("frameworks/horovod_train.sbatch", files=("frameworks/horovod_train.py",))
-    check_output(result, "slurm")
-    assert result.stdout.startswith(f"{GPUS} processes, MPI controller, on cpu")
-    assert job_end(result)["state"] == "COMPLETED"
-    saved = load(result.workdir / "model.pt")
-    # Open MPI adds the gradients up, as under mpirun; Gloo's order (horovodrun) differs
-    # from it in the last bits with 4 processes.
-    expected = assert_every_rank_holds_the_same(mpirun(GPUS), GPUS)
-    assert len(saved) == len(expected)
-    for a, b in zip(saved.values(), expected):
-        np.testing.assert_array_equal(a.numpy(), b)
-
-
-@on_the_gpu_cluster()
-def test_the_job_script_on_a_gpu_cluster():
-    """The job script on the cluster the tests run in (tests/slurm/real_cluster.py): one
-    task per GPU of one node, connected by MPI, ending with the model of horovodrun on as
-    many of this node's GPUs."""
-    if not horovod_built_with_mpi():
-        pytest.fail("Horovod was built without MPI: install libopenmpi-dev and rebuild it")
-    cluster = real_cluster()
     gpus = cluster.gpus_per_node
-    result = submit_real(cluster, "frameworks/horovod_train.sbatch",
-                         files=("frameworks/horovod_train.py",),
-                         sbatch_args=cluster.shape(nodes=1))
-    assert result.stdout.startswith(f"{gpus} processes, MPI controller, on cuda")
+    result = cluster.submit("frameworks/horovod_train.sbatch",
+                            files=("frameworks/horovod_train.py",),
+                            sbatch_args=cluster.shape(nodes=1))
+    if not cluster.real:
+        check_output(result, "slurm")
+    device = cluster.pick("cpu", "cuda")
+    assert result.stdout.startswith(f"{gpus} processes, MPI controller, on {device}")
     assert f"final parameters identical on all {gpus} processes" in result.stdout
     assert job_end(result)["state"] == "COMPLETED"
     saved = load(result.workdir / "model.pt")
-    expected = assert_every_rank_holds_the_same(
-        run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=gpus), gpus)
+    if cluster.real:  # NCCL's sums, within GPU_ATOL of horovodrun's on this node's GPUs
+        reference = run_every_rank_saves(SNIPPET, launcher="horovodrun", nproc=gpus)
+    else:  # Open MPI adds the gradients up, as under mpirun; Gloo's order (horovodrun)
+        reference = mpirun(gpus)  # differs from it in the last bits with 4 processes
+    expected = assert_every_rank_holds_the_same(reference, gpus)
     assert len(saved) == len(expected)
     for a, b in zip(saved.values(), expected):
-        np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=GPU_ATOL)
+        np.testing.assert_allclose(a.numpy(), b, rtol=0, atol=cluster.pick(0, GPU_ATOL))

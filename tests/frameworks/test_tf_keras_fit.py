@@ -6,9 +6,9 @@ import pytest
 
 from harness.launch import own_gpus
 from harness.outputs import check_text
+from tests.compare import assert_every_rank_holds_the_same, run_every_rank_saves
 from tests.devices import on_each_device
-from tests.frameworks.common import (TF_TIMEOUT, assert_every_rank_holds_the_same, needs_tensorflow,
-                                     run_every_rank_saves)
+from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow
 
 SNIPPET = "frameworks/tf_keras_fit.py"
 
@@ -53,4 +53,5 @@ def test_keras_3_fit_fails_under_multi_worker_mirrored_strategy():
     # The error message holds each replica's batch; the page shows its first and last lines.
     lines = stderr[stderr.index("ValueError: Attempt to convert a value (PerReplica:{"):].splitlines()
     last = next(line for line in lines if line.startswith("}) with an unsupported type"))
-    check_text("\n".join([lines[0], lines[1], "  ...", last]) + "\n", SNIPPET, "keras3")
+    check_text("\n".join([lines[0], lines[1], "  ...", last]) + "\n", SNIPPET, "keras3",
+               command=result.command)

@@ -6,8 +6,9 @@ import pytest
 from harness.frameworks import TF_VENV
 from harness.launch import own_gpus, run
 from harness.outputs import check_output, check_text
+from tests.compare import run_every_rank_saves, saved
 from tests.devices import on_each_device
-from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow, run_every_rank_saves, saved
+from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow
 
 SNIPPET = "frameworks/tf_mirrored.py"
 
@@ -67,7 +68,7 @@ def test_gpus_given_by_slurm_to_a_tensorflow_without_cuda_stop_the_run_with_one_
     line = failed(result)
     assert line == ("GPUs were expected (CUDA_VISIBLE_DEVICES=0,1) but TensorFlow sees none: "
                     "install it with pip install 'tensorflow[and-cuda]'")
-    check_text(result.stdout + line + "\n", result.script, "no-gpu")  # without TF's log lines
+    check_text(result.stdout + line + "\n", result.script, "no-gpu", command=result.command)  # without TF's log lines
 
 
 def test_gpus_named_but_not_found_stop_the_run_with_any_tensorflow():

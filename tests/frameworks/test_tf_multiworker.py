@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from harness.launch import own_gpus, shared, snippet
+from tests.compare import assert_every_rank_holds_the_same, run_every_rank_saves, saved
 from tests.devices import on_each_device
-from tests.frameworks.common import (TF_TIMEOUT, assert_every_rank_holds_the_same, needs_tensorflow,
-                                     run_every_rank_saves, saved)
+from tests.frameworks.common import TF_TIMEOUT, needs_tensorflow
 
 SNIPPET = "frameworks/tf_multiworker.py"
 

@@ -18,7 +18,7 @@ import pytest
 
 from harness import frameworks
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, ROOT, SNIPPETS, run
-from harness.outputs import check_text
+from harness.outputs import check_text, split_command
 
 PROBE = """\
 import torch
@@ -95,5 +95,7 @@ def test_a_test_with_gpus_never_rewrites_an_output_file(monkeypatch):
     monkeypatch.setenv("UPDATE_OUTPUTS", "1")
     monkeypatch.delenv(DEVICE_ENV)  # as in a multigpu test
     with pytest.raises(AssertionError, match="ranks.out: the pages show CPU runs"):
-        check_text("world size 2, 2 processes per node\n", "basics/ranks.py")
-    assert (SNIPPETS / "basics/ranks.out").read_text().startswith("world size 4")
+        check_text("world size 2, 2 processes per node\n", "basics/ranks.py",
+                   command="torchrun --standalone --nproc_per_node=2 ranks.py")
+    assert split_command((SNIPPETS / "basics/ranks.out").read_text())[1].startswith(
+        "world size 4")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.launch import (BIN, ROOT, EXIT_ABORT_MESSAGE, SESSION_ID, SESSION_TAG, run, tagged_pids,
-                            without_gloo_notes)
+from harness.launch import (BIN, EXIT_ABORT_MESSAGE, LAUNCHERS, ROOT, SESSION_ID, SESSION_TAG,
+                            Launch, command_of, run, tagged_pids, without_gloo_notes)
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -72,6 +72,60 @@ def test_every_launcher_starts_every_rank(launcher, nproc, nnodes):
     result = run(SCRIPTS / "silent.py", launcher=launcher, nproc=nproc, nnodes=nnodes, check=False)
     assert result.ok, result.report()
     assert result.ranks_started == {0, 1}
+
+
+@pytest.mark.parametrize("launcher, options, command", [
+    ("python", {}, ["python demo.py --epochs 2"]),
+    ("torchrun", {}, ["torchrun --standalone --nproc_per_node=2 demo.py --epochs 2"]),
+    ("torchrun-static", {}, [
+        f"torchrun --nnodes=2 --node_rank={i} --nproc_per_node=2 --master_addr=127.0.0.1 "
+        f"--master_port=29500 demo.py --epochs 2" for i in (0, 1)]),
+    ("torchrun+restarts", {"max_restarts": 3}, [
+        "torchrun --max-restarts=3 --standalone --nproc_per_node=2 demo.py --epochs 2"]),
+    ("env", {}, [f"RANK={r} WORLD_SIZE=4 LOCAL_RANK={r % 2} LOCAL_WORLD_SIZE=2 "
+                 f"MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python demo.py --epochs 2"
+                 for r in range(4)]),
+    ("mpirun", {}, ["mpirun -np 4 -x MASTER_ADDR=127.0.0.1 "
+                    "-x MASTER_PORT=29500 python demo.py --epochs 2"]),
+    ("mpirun", {"master": False}, ["mpirun -np 4 python demo.py --epochs 2"]),
+    ("srun-env", {}, ["MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 srun --ntasks=4 python demo.py "
+                      "--epochs 2"]),
+    ("deepspeed", {}, ["deepspeed --num_gpus=2 --master_port=29500 demo.py --epochs 2"]),
+    ("tf-workers", {}, [
+        f"""TF_CONFIG='{{"cluster": {{"worker": ["127.0.0.1:29500", "127.0.0.1:29501"]}}, """
+        f""""task": {{"type": "worker", "index": {i}}}}}' python demo.py --epochs 2"""
+        for i in (0, 1)]),
+    ("started-by", {"started_by": "srun"}, [
+        "SLURM_JOB_ID=3137 SLURM_NODEID=0 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_LOCALID=1 "
+        "SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python demo.py --epochs 2"]),
+    ("sbatch", {"sbatch_args": ["--nodes=2"]}, ["sbatch --nodes=2 demo.py --epochs 2"]),
+])
+def test_the_readers_command_is_what_the_launcher_started(tmp_path, launcher, options,
+                                                            command):
+    """Programs and files by their names, the variables a launcher sets in front, and the
+    run's own port shown as 29500: what a reader types to start the same processes."""
+    script = tmp_path / "demo.py"
+    script.write_text("print('hello')\n")
+    (tmp_path / "run").mkdir()
+    launch = Launch(script, ["--epochs", "2"], 2, 2 if launcher != "torchrun" else 1, 41234,
+                    tmp_path / "run", options)
+    assert command_of(launch, LAUNCHERS[launcher](launch), launcher) == command
+
+
+def test_the_readers_command_shows_the_readers_variables_and_not_the_tests_wrapper(tmp_path):
+    """A variable the test gives the run that the reader would set (PyTorch's, NCCL's, which
+    GPUs) comes first; the harness's own do not show, nor does the tests' wrapper."""
+    wrapper = tmp_path / "every_rank_saves.py"
+    launch = Launch(wrapper, ["demo.py"], 2, 1, 41234, tmp_path, {},
+                    {"TORCH_DISTRIBUTED_DEBUG": "INFO", "PYTHONPATH": "/x", "NCCL_DEBUG": "WARN"})
+    assert command_of(launch, LAUNCHERS["torchrun"](launch), "torchrun") == [
+        "TORCH_DISTRIBUTED_DEBUG=INFO NCCL_DEBUG=WARN torchrun --standalone --nproc_per_node=2 "
+        "demo.py"]
+
+
+def test_a_run_keeps_its_readers_command():
+    result = run(SCRIPTS / "silent.py", launcher="env", nproc=2, check=False)
+    assert result.ok and [line.split(" python ")[1] for line in result.command] == ["silent.py"] * 2
 
 
 NOTE = "[Gloo] Rank {} is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from harness.launch import SNIPPETS
-from harness.outputs import (COMPARED, FP32, LOOSEST, WITHOUT_FIGURES, Tolerance, check_text,
-                             differences, has_floats, mask, tokens)
+from harness.outputs import (COMPARED, FP32, LOOSEST, WITHOUT_COMMAND, WITHOUT_FIGURES,
+                             Tolerance, check_text, differences, has_floats, mask,
+                             split_command, tokens)
 
 OUTPUTS = sorted(SNIPPETS.rglob("*.out"))
 BF16 = Tolerance(rtol=5e-3, why="bf16 keeps 8 bits of mantissa")
+DEMO = "python demo.py"
 
 
 def agree(expected, actual, tolerance=FP32, path=None):
@@ -79,10 +81,60 @@ def test_a_tolerance_must_be_tight_and_give_its_reason(kwargs):
 def test_check_text_fails_with_the_line_and_the_figures(tmp_path):
     script = tmp_path / "demo.py"
     script.write_text("print('loss 0.5000')\n")
-    (tmp_path / "demo.out").write_text("step 10 loss 0.5000\n")
-    check_text("step 10 loss 0.5003\n", script)
+    (tmp_path / "demo.out").write_text("$ python demo.py\nstep 10 loss 0.5000\n")
+    check_text("step 10 loss 0.5003\n", script, command=DEMO)
     with pytest.raises(AssertionError, match=r"line 1: 0\.5000 became 0\.5100"):
-        check_text("step 10 loss 0.5100\n", script)
+        check_text("step 10 loss 0.5100\n", script, command=DEMO)
+
+
+def test_the_command_shown_must_be_the_command_that_ran(tmp_path):
+    script = tmp_path / "demo.py"
+    script.write_text("print('loss 0.5000')\n")
+    out = tmp_path / "demo.out"
+    out.write_text("$ torchrun --standalone --nproc_per_node=2 demo.py\nloss 0.5000\n")
+    with pytest.raises(AssertionError, match="the command it shows is not the command that ran"):
+        check_text("loss 0.5000\n", script, command=DEMO)
+    out.write_text("loss 0.5000\n")
+    with pytest.raises(AssertionError, match="it shows no command"):
+        check_text("loss 0.5000\n", script, command=DEMO)
+    with pytest.raises(AssertionError, match="no command printed it"):
+        check_text("loss 0.5000\n", script, command=())
+    # paths and ports in a command are masked as in the output
+    out.write_text("$ python demo.py --data /home/me/data.pt\nloss 0.5000\n")
+    check_text("loss 0.5000\n", script, command="python demo.py --data /tmp/x1/data.pt")
+
+
+def test_a_recorded_output_shows_the_runs_port_as_its_command_does(tmp_path, monkeypatch):
+    monkeypatch.setenv("UPDATE_OUTPUTS", "1")
+    script = tmp_path / "demo.py"
+    script.write_text("print('port')\n")
+    check_text("port 41234 in use (141234)\n", script, command="python demo.py", port=41234)
+    assert (tmp_path / "demo.out").read_text() == "$ python demo.py\nport 29500 in use (141234)\n"
+
+
+def test_update_commands_writes_the_command_and_keeps_the_output_but_not_a_drift(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("UPDATE_OUTPUTS", "commands")
+    script = tmp_path / "demo.py"
+    script.write_text("print('loss 0.5000')\n")
+    out = tmp_path / "demo.out"
+    out.write_text("loss 0.5000\n")
+    check_text("loss 0.5001\n", script, command=["python demo.py", "python demo.py"])
+    assert out.read_text() == "$ python demo.py\n$ python demo.py\nloss 0.5000\n"
+    with pytest.raises(AssertionError, match="has drifted"):
+        check_text("loss 0.6000\n", script, command=DEMO)
+    assert split_command(out.read_text()) == (["python demo.py"] * 2, "loss 0.5000\n")
+
+
+def test_every_output_names_its_command_or_says_why_not():
+    """What a page shows below a command is what that command printed; the few tables that
+    no one command printed are listed with their reason."""
+    unnamed = [out.relative_to(SNIPPETS).as_posix() for out in OUTPUTS
+               if not split_command(out.read_text())[0]]
+    assert sorted(unnamed) == sorted(WITHOUT_COMMAND)
+    named = [name for name in WITHOUT_COMMAND if split_command(
+        (SNIPPETS / name).read_text())[0]]
+    assert not named
 
 
 def test_only_outputs_with_floating_point_figures_are_compared_again_on_other_kernels(
@@ -97,8 +149,8 @@ def test_only_outputs_with_floating_point_figures_are_compared_again_on_other_ke
     for output, rerun in (("step 10 loss 0.5000\n", True), ("step 10 of 12\n", False)):
         test_id = f"tests/demo.py::test_{rerun}"
         monkeypatch.setenv("PYTEST_CURRENT_TEST", f"{test_id} (call)")
-        (tmp_path / "demo.out").write_text(output)
-        check_text(output, script)
+        (tmp_path / "demo.out").write_text(f"$ {DEMO}\n{output}")
+        check_text(output, script, command=DEMO)
         assert (test_id in COMPARED) == rerun
         COMPARED.discard(test_id)
 
@@ -107,14 +159,15 @@ def test_what_a_script_prints_about_a_job_is_compared_for_the_default_profile_on
         tmp_path, monkeypatch):
     script = tmp_path / "report.sh"  # no cluster lines of its own: not rendered
     script.write_text("echo job done\n")
-    (tmp_path / "report.out").write_text("4 ranks done\n")
+    (tmp_path / "report.out").write_text("$ bash report.sh\n4 ranks done\n")
     drifted = "8 ranks done\n"  # what a job of another profile's shape prints
     with pytest.raises(AssertionError, match="has drifted"):
-        check_text(drifted, script, job="troubleshooting/hang.sbatch")
+        check_text(drifted, script, job="troubleshooting/hang.sbatch", command="bash report.sh")
     monkeypatch.setenv("CENTRE", "profiles/amd.toml")
-    check_text(drifted, script, job="troubleshooting/hang.sbatch")  # the job's: not compared
+    # the job's: not compared
+    check_text(drifted, script, job="troubleshooting/hang.sbatch", command="bash report.sh")
     with pytest.raises(AssertionError, match="has drifted"):
-        check_text(drifted, script)  # the script's own output: compared under any profile
+        check_text(drifted, script, command="bash report.sh")  # the script's own: compared
 
 
 def perturbed(number: str) -> str:
@@ -130,7 +183,7 @@ def perturbed(number: str) -> str:
 
 @pytest.mark.parametrize("path", OUTPUTS, ids=lambda p: str(p.relative_to(SNIPPETS)))
 def test_every_compared_figure_of_every_output_file_is_checked(path: Path):
-    text = path.read_text()
+    text = split_command(path.read_text())[1]
     assert agree(text, text, path=path)
     loosest = Tolerance(rtol=LOOSEST, atol=LOOSEST, why="the loosest a test may declare")
     numbers = [m for m in re.finditer(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text)]

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from harness.launch import BIN, free_port, run, shared, snippet, snippet_code
+from harness.launch import run, shared, snippet, snippet_code
 from harness.outputs import GPU_ATOL  # noqa: F401 (the chapter's tests import it from here)
 from tests.compare import assert_same_state, load
 from tests.on_gpus import NcclLogs
@@ -68,9 +68,8 @@ def deepspeed_run(nproc):
     """deepspeed_zero.py with every config: ``deepspeed`` at 2 ranks, torchrun at 1 and 4."""
     folder = with_ds_configs(workdir())
     if nproc == 2:  # the deepspeed launcher; it starts the ranks with --local_rank=N
-        return run(BIN / "deepspeed", f"--num_gpus={nproc}", f"--master_port={free_port()}",
-                   snippet("memory/deepspeed_zero.py"), *DS_CONFIGS, launcher="python",
-                   world_size=nproc, workdir=folder, timeout=DS_TIMEOUT)
+        return run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="deepspeed", nproc=nproc,
+                   workdir=folder, timeout=DS_TIMEOUT)
     return run("memory/deepspeed_zero.py", *DS_CONFIGS, launcher="torchrun", nproc=nproc,
                workdir=folder, timeout=DS_TIMEOUT)
 

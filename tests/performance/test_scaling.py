@@ -51,15 +51,15 @@ def png_size(path):
 @shared
 def runs():
     workdir = Path(tempfile.mkdtemp(prefix="scaling-"))
-    results = {n: run(SNIPPET, *SMALL, launcher="env", nproc=n, workdir=workdir) for n in (1, 2, 4)}
+    results = {n: run(SNIPPET, *SMALL, launcher="torchrun", nproc=n, workdir=workdir)
+               for n in (1, 2, 4)}
     return workdir, results
 
 
 @on_each_device(gpus=RANKS, one_gpu=True)
 def test_each_run_adds_its_row_and_prints_the_table(request, tmp_path, device):
-    """On the CPU, the runs the page shows (1, 2 and 4 ranks, as the job script launches
-    them); on GPUs, the page's torchrun loop at the default size, for 1 rank and up to one
-    per GPU. Times are a clock's: only the table's structure is asserted."""
+    """The page's torchrun loop: on the CPU, for 1, 2 and 4 ranks, as the page shows; on
+    GPUs, at the default size, for 1 rank and up to one per GPU. Times are a clock's: only the table's structure is asserted."""
     if device.gpus:
         workdir = tmp_path
         results = {n: run(SNIPPET, *device.pick(SMALL, ()), launcher="torchrun", nproc=n,

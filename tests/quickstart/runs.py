@@ -3,16 +3,13 @@ losses, held-out accuracy and saved model), and how they submit its job scripts.
 """
 
 import re
-import tempfile
-from pathlib import Path
 
 import torch
 
 from harness.launch import BIN, Result
 from tests.compare import load
 from tests.ddp.train_runs import held_out_accuracy as ddp_held_out_accuracy
-from tests.slurm.jobs import job_end, submit
-from tests.slurm.real_cluster import job_folder, submit_real
+from tests.slurm.jobs import job_end
 
 FILES = ("quickstart/train.py",)
 
@@ -32,19 +29,18 @@ def saved_model(result: Result) -> dict[str, torch.Tensor]:
     return load(result.workdir / "model.pt")
 
 
-def submit_quickstart(script: str, world_size: int, cluster=None, **options) -> Result:
-    """The job script from a folder with train.py and .venv, the tests' environment."""
-    folder = job_folder("quickstart") if cluster else Path(tempfile.mkdtemp(prefix="quickstart-"))
+def submit_quickstart(cluster, script: str, world_size: int, **options) -> Result:
+    """The job script on ``cluster`` (tests/slurm/clusters.py) from a folder with train.py
+    and .venv, the tests' environment."""
+    folder = cluster.folder("quickstart")
     (folder / ".venv").symlink_to(BIN.parent)
-    if cluster:
-        return submit_real(cluster, script, files=FILES, world_size=world_size,
-                           activate=False, workdir=folder, **options)
-    return submit(script, files=FILES, world_size=world_size, activate=False, workdir=folder,
-                  **options)
+    return cluster.submit(script, files=FILES, world_size=world_size, activate=False,
+                          workdir=folder, **options)
 
 
-def assert_trained(job: Result, processes: int, backend: str = "gloo on cpu") -> None:
-    """``processes`` processes trained 5 epochs, learnt, and rank 0 saved the model."""
+def assert_trained(job: Result, processes: int, backend: str) -> None:
+    """``processes`` processes trained 5 epochs with ``backend`` (``gloo on cpu``, or on
+    a GPU cluster ``nccl on cuda``), learnt, and rank 0 saved the model."""
     assert job.stdout.startswith(
         f"{processes} processes ({backend}), {processes * 32} images per step\n"), job.stdout
     losses = epoch_losses(job.stdout)

@@ -73,3 +73,34 @@ def test_the_checks_find_what_they_look_for():
     assert reading.words(page + "word " * reading.BUDGET) > reading.BUDGET
     linked = page.replace("Each rank", "Each {term}`rank`")
     assert reading.unlinked_terms(linked, TERMS) == []
+
+
+#: A console block right before an output (nothing but blank lines between them).
+CONSOLE_THEN_OUTPUT = re.compile(r"```console\n((?:(?!```).)*)```\s*\n```\{snippet-output\} (\S+)",
+                                 re.S)
+
+
+def shown_twice(text: str) -> list[str]:
+    """The outputs of a page that a console block introduces with a command of the same
+    script: the output shows its command itself, from its file (harness/outputs.py)."""
+    found = []
+    for block, output in CONSOLE_THEN_OUTPUT.findall(text):
+        script = Path(output).name.split(".")[0]
+        if re.search(rf"(?m)^\$ .*\b{re.escape(script)}\.(py|sbatch|sh)\b", block):
+            found.append(output)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=name)
+def test_an_output_shows_its_own_command(page):
+    """A command typed on the page above an output could say one thing while the output
+    came from another; the output's first lines are the command that printed it."""
+    assert not shown_twice(page.read_text())
+
+
+def test_a_command_above_its_output_is_found():
+    page = ("Run it:\n\n```console\n$ torchrun --standalone --nproc_per_node=2 train.py\n```\n\n"
+            "```{snippet-output} ddp/train.out\n```\n")
+    assert shown_twice(page) == ["ddp/train.out"]
+    assert not shown_twice(page.replace("train.py", "other.py"))
+    assert not shown_twice(page.replace("```\n\n```{snippet", "```\n\nIt prints:\n\n```{snippet"))

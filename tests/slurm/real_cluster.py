@@ -1,12 +1,12 @@
 """The job scripts on a real Slurm cluster with GPUs, for their multigpu tests.
 
 `sbatch snippets/slurm/gpu_tests.sbatch` runs the multigpu tests inside a Slurm job on a
-GPU node. There, the test of a job script submits it to the same cluster, as its CPU
-test submits it to the local cluster of tools/local-slurm, waits for it, and asserts
-what the CPU test asserts. The job asks for the partition, account and QOS of the job
-the tests run in; for 2 nodes when that job has 2 or more, otherwise 1; and for the GPUs
-per node that job has, with its cores shared out among them. Outside such a job, the
-test is skipped with the reason.
+GPU node. There, the test of a job script submits it to the same cluster, as its local
+case submits it to the local cluster of tools/local-slurm (tests/slurm/clusters.py:
+``@on_each_cluster``), waits for it, and asserts what it asserts there. The job asks
+for the partition, account and QOS of the job the tests run in; for 2 nodes when that
+job has 2 or more, otherwise 1; and for the GPUs per node that job has, with its cores
+shared out among them. Outside such a job, the test is skipped with the reason.
 
 The jobs run in folders under .gpu-test-jobs/ in the guide's top folder, which the
 compute nodes see (``/tmp`` is each node's own), and which git ignores. The jobs get the
@@ -14,9 +14,9 @@ environment of the tests without the variables of the job the tests run in: a jo
 inherits the environment it is submitted from, and srun (Slurm 23.11 and later) refuses
 to start when an inherited SLURM_CPUS_PER_TASK disagrees with the job's own.
 
-None of this uses the local cluster: these tests are not marked ``slurm``. The launchers
-that submit from outside the job (``real-sbatch``, ``real-srun``, ``real-bash``) are
-harness/slurm.py's.
+None of this uses the local cluster: the GPU cluster's cases are not marked ``slurm``.
+The launchers that submit from outside the job (``real-sbatch``, ``real-srun``,
+``real-bash``) are harness/slurm.py's.
 """
 
 from __future__ import annotations
@@ -37,24 +37,54 @@ JOBS_DIR = ROOT / ".gpu-test-jobs"
 TIMEOUT = float(os.environ.get("GPU_TEST_JOB_TIMEOUT", "3600"))
 
 
-def on_the_gpu_cluster(gpus: int = 2, jobs: int = 1):
+def gpu_cluster_marks(gpus: int = 2, jobs: int = 1) -> list[pytest.MarkDecorator]:
     """The marks of a test that submits ``jobs`` jobs, one after the other, to the GPU
     cluster: multigpu(gpus), and a time limit that allows for their time in the queue."""
+    return [pytest.mark.multigpu(gpus), pytest.mark.timeout(jobs * TIMEOUT + 600)]
+
+
+def on_the_gpu_cluster(gpus: int = 2, jobs: int = 1):
+    """Mark a test that runs on the GPU cluster alone with :func:`gpu_cluster_marks`
+    (a test that runs on the local cluster too: tests/slurm/clusters.py)."""
 
     def mark(test):
-        return pytest.mark.multigpu(gpus)(pytest.mark.timeout(jobs * TIMEOUT + 600)(test))
+        for each in gpu_cluster_marks(gpus, jobs):
+            test = each(test)
+        return test
 
     return mark
 
 
 @dataclasses.dataclass(frozen=True)
 class RealCluster:
-    """What the jobs the tests submit ask for."""
+    """What the jobs the tests submit ask for. It answers what tests/slurm/clusters.py's
+    LocalCluster answers, for a test that runs on both (``@on_each_cluster``)."""
 
     nodes: int  # 2 when the job the tests run in has 2 nodes or more, otherwise 1
     gpus_per_node: int  # the GPUs per node of the job the tests run in
     cpus_per_gpu: int  # its cores on the node, shared out among its GPUs
     options: tuple[str, ...]  # its --partition, --account and --qos
+
+    real = True  # not a field: the cluster of GPUs, not the local one
+    #: What train.py's first line says it trained with (tests.slurm.jobs.backend).
+    backend = "nccl on cuda"
+
+    def pick(self, local, real):
+        """The value for this cluster: ``real``."""
+        return real
+
+    def launcher(self, name: str) -> str:
+        """The harness's launcher that types ``name`` (sbatch, srun, bash) on a login node
+        of this cluster, from outside the job the tests run in."""
+        return f"real-{name}"
+
+    def folder(self, name: str) -> Path:
+        """A new folder for a job, which every node sees (:func:`job_folder`)."""
+        return job_folder(name)
+
+    def submit(self, script: str, *args: str, **options) -> Result:
+        """``sbatch script`` on this cluster (:func:`submit_real`)."""
+        return submit_real(self, script, *args, **options)
 
     def shape(self, tasks_per_gpu: bool = True, nodes: int | None = None,
               gpus_per_node: int | None = None) -> list[str]:

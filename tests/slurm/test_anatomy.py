@@ -3,14 +3,13 @@
 Submitted as it is: 2 nodes, 4 tasks and 4 GPUs per node, 8 cores per task. With
 SLURM_DEBUG, srun says how many CPUs it asks for: the 8 cores of each of its 8 tasks,
 which Slurm 22.05 (installed here) gives only if the script passes them on. On a GPU
-cluster, one task per GPU of the job the tests run in, on as many nodes (1 or 2).
+cluster, the same test with one task per GPU of the job the tests run in, on as many
+nodes (1 or 2) (tests/slurm/clusters.py).
 """
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import CPUS_PER_GPU, GPUS, SRUN_DEBUG, srun_steps, submit, whereami
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import GPUS, SRUN_DEBUG, srun_steps, whereami
 
 
 def assert_one_task_per_gpu(result, nodes: int, gpus: int, cpus: int) -> list[str]:
@@ -26,17 +25,14 @@ def assert_one_task_per_gpu(result, nodes: int, gpus: int, cpus: int) -> list[st
     return names
 
 
-@pytest.mark.slurm
-def test_srun_starts_one_process_per_gpu_numbered_node_by_node():
-    result = submit("slurm/anatomy.sbatch", files=("slurm/whereami.py",), env=SRUN_DEBUG)
-    check_output(result)
-    assert assert_one_task_per_gpu(result, 2, GPUS, CPUS_PER_GPU) == ["node1", "node2"]
-    assert whereami(result.stdout)[0][5] == ",".join(map(str, range(GPUS)))
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = submit_real(cluster, "slurm/anatomy.sbatch", files=("slurm/whereami.py",),
-                         env=SRUN_DEBUG, sbatch_args=cluster.shape())
-    assert_one_task_per_gpu(result, cluster.nodes, cluster.gpus_per_node, cluster.cpus_per_gpu)
+@on_each_cluster()
+def test_srun_starts_one_process_per_gpu_numbered_node_by_node(cluster):
+    result = cluster.submit("slurm/anatomy.sbatch", files=("slurm/whereami.py",),
+                            env=SRUN_DEBUG, sbatch_args=cluster.shape())
+    if not cluster.real:
+        check_output(result)
+    names = assert_one_task_per_gpu(result, cluster.nodes, cluster.gpus_per_node,
+                                    cluster.cpus_per_gpu)
+    if not cluster.real:  # both nodes, all their GPUs
+        assert names == ["node1", "node2"]
+        assert whereami(result.stdout)[0][5] == ",".join(map(str, range(GPUS)))

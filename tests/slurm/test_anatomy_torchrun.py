@@ -3,14 +3,13 @@ per node.
 
 Submitted as it is: 2 nodes, one task of 32 cores and 4 GPUs per node. With SLURM_DEBUG,
 srun says it asks for the 32 cores of each torchrun, whose 4 processes share them. On a
-GPU cluster, one torchrun per node of the job the tests run in (1 or 2), with its GPUs.
+GPU cluster, the same test with one torchrun per node of the job the tests run in (1 or
+2), with its GPUs (tests/slurm/clusters.py).
 """
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import CPUS_PER_GPU, GPUS, SRUN_DEBUG, srun_steps, submit, whereami
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import GPUS, SRUN_DEBUG, srun_steps, whereami
 
 
 def assert_one_torchrun_per_node(result, nodes: int, gpus: int, cpus: int) -> set[str]:
@@ -29,19 +28,14 @@ def assert_one_torchrun_per_node(result, nodes: int, gpus: int, cpus: int) -> se
     return set.union(*groups)
 
 
-@pytest.mark.slurm
-def test_each_torchrun_starts_one_process_per_gpu_of_its_node():
-    result = submit("slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",),
-                    env=SRUN_DEBUG)
-    check_output(result)
-    assert assert_one_torchrun_per_node(result, 2, GPUS, GPUS * CPUS_PER_GPU) == {"node1", "node2"}
-    assert whereami(result.stdout)[0][5] == ",".join(map(str, range(GPUS)))
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = submit_real(cluster, "slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",),
-                         env=SRUN_DEBUG, sbatch_args=cluster.shape(tasks_per_gpu=False))
+@on_each_cluster()
+def test_each_torchrun_starts_one_process_per_gpu_of_its_node(cluster):
+    result = cluster.submit("slurm/anatomy_torchrun.sbatch", files=("slurm/whereami.py",),
+                            env=SRUN_DEBUG, sbatch_args=cluster.shape(tasks_per_gpu=False))
+    if not cluster.real:
+        check_output(result)
     gpus = cluster.gpus_per_node
-    assert_one_torchrun_per_node(result, cluster.nodes, gpus, gpus * cluster.cpus_per_gpu)
+    names = assert_one_torchrun_per_node(result, cluster.nodes, gpus, gpus * cluster.cpus_per_gpu)
+    if not cluster.real:  # both nodes, all their GPUs
+        assert names == {"node1", "node2"}
+        assert whereami(result.stdout)[0][5] == ",".join(map(str, range(GPUS)))

@@ -2,15 +2,14 @@
 
 Submitted from a shell where no virtual environment is active, from a folder that holds
 train.py and the virtual environment .venv (here, a link to the one the tests use):
-the job activates it itself, and trains. On a GPU cluster, the same, with 2 GPUs.
+the job activates it itself, and trains. On a GPU cluster, the same test with 2 GPUs
+(tests/slurm/clusters.py).
 """
-
-import pytest
 
 from harness.launch import BIN
 from harness.outputs import check_output
-from tests.slurm.jobs import backend, job_end, on_one_node, submit
-from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import backend, job_end, on_one_node
 
 
 def assert_the_job_used_its_own_environment(result, ranks: int) -> None:
@@ -20,21 +19,13 @@ def assert_the_job_used_its_own_environment(result, ranks: int) -> None:
     assert job_end(result)["state"] == "COMPLETED"
 
 
-@pytest.mark.slurm
-def test_the_job_activates_its_own_environment(tmp_path):
-    (tmp_path / ".venv").symlink_to(BIN.parent)
-    result = submit("slurm/environment.sbatch", world_size=2, activate=False, workdir=tmp_path)
-    check_output(result)
-    assert_the_job_used_its_own_environment(result, 2)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    folder = job_folder("environment")
+@on_each_cluster()
+def test_the_job_activates_its_own_environment(cluster):
+    folder = cluster.folder("environment")
     (folder / ".venv").symlink_to(BIN.parent)
-    result = submit_real(cluster, "slurm/environment.sbatch", world_size=2, activate=False,
-                         workdir=folder,
-                         sbatch_args=cluster.shape(nodes=1, gpus_per_node=2))
+    result = cluster.submit("slurm/environment.sbatch", world_size=2, activate=False,
+                            workdir=folder, sbatch_args=cluster.shape(nodes=1, gpus_per_node=2))
+    if not cluster.real:
+        check_output(result)
     assert_the_job_used_its_own_environment(result, 2)
-    assert backend(result.stdout) == "nccl on cuda"
+    assert backend(result.stdout) == cluster.backend

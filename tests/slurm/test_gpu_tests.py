@@ -26,7 +26,8 @@ def test_make_test_gpu_runs_in_the_job(tmp_path):
                  env={"UPDATE_OUTPUTS": "0", "GPU_REPORT": str(tmp_path / "gpu-report")},
                  timeout=300)
     # The page shows the report's folder as a reader's job names it (make's default).
-    check_text(result.stdout.replace(str(tmp_path / "gpu-report"), "gpu-report"), result.script)
+    check_text(result.stdout.replace(str(tmp_path / "gpu-report"), "gpu-report"), result.script,
+               command=result.command)
     assert job_end(result)["state"] == "COMPLETED"
     assert re.search(r"(?m)^\.venv(-torch-[\d.]+)?/bin/pytest -m multigpu --gpu-report=\S+ -q -rs$",
                      result.stdout)

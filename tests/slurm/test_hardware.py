@@ -5,7 +5,9 @@ The local cluster's nodes have the GPU type and the features of the centre profi
 partition (tools/local-slurm/start; the default's: a100, and a100 and ib), so the script
 is submitted as the page shows it for that profile. ``--qos`` is not in it: without a
 Slurm accounting database, as on the local cluster, Slurm accepts any QOS name and
-applies none, so a test could not tell whether it worked.
+applies none, so a test could not tell whether it worked. On a GPU cluster, the first
+test submits it with that cluster's GPU type and a feature of its node
+(tests/slurm/clusters.py).
 """
 
 import os
@@ -16,8 +18,8 @@ import pytest
 
 from harness.outputs import check_output
 from harness.slurm import cluster_shape
+from tests.slurm.clusters import on_each_cluster
 from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SCRIPT = "slurm/hardware.sbatch"
 PART = PROFILE.partition
@@ -40,13 +42,24 @@ def seen(stdout: str) -> tuple[str, int, str, int, str]:
     return line[1], int(line[2]), line[3], int(line[4]), line[5]
 
 
-@pytest.mark.slurm
-def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_for():
+@on_each_cluster()
+def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_for(
+        cluster, monkeypatch):
     """The default profile: 4 a100 GPUs on a whole ib node, 60 GB per GPU (the page's
-    output); another profile: its type (if any) and last feature (if any)."""
-    job = submit(SCRIPT, files=())
-    check_output(job)
+    output); another profile: its type (if any) and last feature (if any). On a GPU
+    cluster, the script with that cluster's GPU type and one of its node's features (when
+    the node has them), on one node, with as many GPUs as the tests' job has, 8 GB each."""
+    cluster.use(monkeypatch)  # node_offers asks the cluster's scontrol
+    sbatch_args = as_this_node_offers(cluster, mem_per_gpu=8) if cluster.real else []
+    job = cluster.submit(SCRIPT, files=(), sbatch_args=sbatch_args)
+    if not cluster.real:
+        check_output(job)
     assert job_end(job)["state"] == "COMPLETED"
+    node, gpus, visible, cpus, mem = seen(job.stdout)
+    assert gpus == cluster.gpus_per_node and len(visible.split(",")) == gpus
+    assert mem == str(cluster.pick(60, 8) * 1024)  # MB per GPU
+    if cluster.real:
+        return  # the rest is the local cluster's: its nodes, their cores, features and type
     got = recorded(job.stdout)
     assert got["TresPerNode"] == f"gres:gpu:{PART.gpu_request(typed=True)}"  # type and count
     assert got["Features"] == (PART.features[-1] if PART.features else "(null)")
@@ -55,7 +68,6 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
     assert got["NumCPUs"] == str(node_cpus)  # --exclusive: every core of the node
     assert got["ActiveFeatures"].split(",") == (list(PART.features) or ["(null)"])
     assert got["Gres"] == f"gpu:{LOCAL_TYPE}:{GPUS}"
-    node, gpus, visible, cpus, mem = seen(job.stdout)
     assert node in ("node1", "node2")
     assert (gpus, visible, cpus, mem) == (
         GPUS, ",".join(map(str, range(GPUS))), node_cpus, str(60 * 1024))
@@ -83,18 +95,10 @@ def node_offers() -> tuple[str, str]:
         features[1].split(",")[0] if features and features[1] != "(null)" else "")
 
 
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster(monkeypatch):
-    """The script with this cluster's GPU type and one of its node's features (when the
-    node has them), on one node, with as many GPUs as the tests' job has."""
-    cluster = real_cluster()
-    cluster.use(monkeypatch)
+def as_this_node_offers(cluster, mem_per_gpu: int) -> list[str]:
+    """sbatch options for one node of the GPU cluster with the GPU type and a feature of the
+    node the tests run on (:func:`node_offers`), its job's GPUs, ``mem_per_gpu`` GB each."""
     gpu_type, feature = node_offers()
     gpus = f"{gpu_type}:{cluster.gpus_per_node}" if gpu_type else str(cluster.gpus_per_node)
-    job = submit_real(cluster, SCRIPT, files=(), sbatch_args=[
-        "--nodes=1", f"--gpus-per-node={gpus}", f"--ntasks-per-node={cluster.gpus_per_node}",
-        f"--mem-per-gpu={8}G", *([f"--constraint={feature}"] if feature else [])])
-    assert job_end(job)["state"] == "COMPLETED"
-    _, seen_gpus, visible, _, mem = seen(job.stdout)
-    assert seen_gpus == cluster.gpus_per_node and len(visible.split(",")) == seen_gpus
-    assert mem == str(8 * 1024)
+    return ["--nodes=1", f"--gpus-per-node={gpus}", f"--ntasks-per-node={cluster.gpus_per_node}",
+            f"--mem-per-gpu={mem_per_gpu}G", *([f"--constraint={feature}"] if feature else [])]

@@ -2,18 +2,17 @@
 
 Submitted as it is. Bash fails on the line without "#", and sbatch ignores every
 directive after it: 1 node, 1 task, the default output file; the job still succeeds.
-On a GPU cluster, the same, with one GPU given on sbatch's command line (which the
-broken line does not hide), so that a GPU partition takes the job.
+On a GPU cluster, the same test with one GPU given on sbatch's command line (which the
+broken line does not hide), so that a GPU partition takes the job
+(tests/slurm/clusters.py).
 """
 
 import re
 from pathlib import Path
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import backend, job_end, on_one_node, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import backend, job_end, on_one_node
 
 
 def assert_the_directives_after_the_broken_line_were_ignored(result) -> None:
@@ -24,17 +23,11 @@ def assert_the_directives_after_the_broken_line_were_ignored(result) -> None:
     assert job_end(result)["state"] == "COMPLETED"
 
 
-@pytest.mark.slurm
-def test_the_directives_after_the_broken_line_are_ignored():
-    result = submit("slurm/missing_hash.sbatch", world_size=1)
-    check_output(result)
+@on_each_cluster()
+def test_the_directives_after_the_broken_line_are_ignored(cluster):
+    result = cluster.submit("slurm/missing_hash.sbatch", world_size=1,
+                            sbatch_args=cluster.pick([], ["--gpus-per-node=1"]))
+    if not cluster.real:
+        check_output(result)
     assert_the_directives_after_the_broken_line_were_ignored(result)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = submit_real(cluster, "slurm/missing_hash.sbatch", world_size=1,
-                         sbatch_args=["--gpus-per-node=1"])
-    assert_the_directives_after_the_broken_line_were_ignored(result)
-    assert backend(result.stdout) == "nccl on cuda"
+    assert backend(result.stdout) == cluster.backend

@@ -2,16 +2,16 @@
 torchrun per node, meeting at a c10d rendezvous.
 
 Submitted as the page shows it: each torchrun starts one process per GPU of the profile's
-nodes, and the training must be exactly that of multi_node.sbatch (srun, one task per GPU). On a GPU cluster,
-the same world size as the one-node job there, over 2 nodes when the tests' job has 2.
+nodes, and the training must be exactly that of multi_node.sbatch (srun, one task per GPU).
+On a GPU cluster, the same test with the world size of the one-node job there, over 2
+nodes when the tests' job has 2 (tests/slurm/clusters.py), and the training of that
+one-node job.
 """
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import GPUS, assert_same_training, backend, losses, placement, submit
-from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster, real_one_node,
-                                      submit_real)
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import GPUS, assert_same_training, backend, losses, placement
+from tests.slurm.real_cluster import GPU_ATOL, real_one_node
 
 
 def assert_torchruns_met(result, nodes: int, per_node: int) -> list[str]:
@@ -26,23 +26,22 @@ def assert_torchruns_met(result, nodes: int, per_node: int) -> list[str]:
     return sorted(placed)
 
 
-@pytest.mark.slurm
-def test_two_torchruns_meet_and_train_as_srun_does(two_node_job):
-    result = submit("slurm/multi_node_torchrun.sbatch", world_size=2 * GPUS)
-    check_output(result)
-    assert assert_torchruns_met(result, 2, GPUS) == ["node1", "node2"]
-    assert "rendezvous at node1, port" in result.stdout
-    assert losses(result.stdout) == losses(two_node_job.stdout)
-    assert_same_training(result, two_node_job)
-
-
-@on_the_gpu_cluster(jobs=2)
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    per_node = cluster.gpus_per_node // cluster.nodes
-    result = submit_real(cluster, "slurm/multi_node_torchrun.sbatch",
-                         world_size=cluster.nodes * per_node,
-                         sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
-    assert len(assert_torchruns_met(result, cluster.nodes, per_node)) == cluster.nodes
-    assert backend(result.stdout) == "nccl on cuda"
-    assert_same_training(result, real_one_node(cluster, cluster.nodes * per_node), atol=GPU_ATOL)
+@on_each_cluster(jobs=2)
+def test_two_torchruns_meet_and_train_as_srun_does(cluster, request):
+    per_node = cluster.pick(GPUS, cluster.gpus_per_node // cluster.nodes)
+    world = cluster.nodes * per_node
+    result = cluster.submit("slurm/multi_node_torchrun.sbatch", world_size=world,
+                            sbatch_args=cluster.shape(tasks_per_gpu=False, gpus_per_node=per_node))
+    if not cluster.real:
+        check_output(result)
+    names = assert_torchruns_met(result, cluster.nodes, per_node)
+    assert len(names) == cluster.nodes
+    assert backend(result.stdout) == cluster.backend
+    if cluster.real:  # srun's training there: one_node.sbatch's, on as many GPUs of one node
+        reference = real_one_node(cluster, world)
+    else:  # multi_node.sbatch's, on the same two nodes (tests/slurm/conftest.py)
+        reference = request.getfixturevalue("two_node_job")
+        assert names == ["node1", "node2"]
+        assert "rendezvous at node1, port" in result.stdout
+        assert losses(result.stdout) == losses(reference.stdout)
+    assert_same_training(result, reference, atol=cluster.pick(0.0, GPU_ATOL))

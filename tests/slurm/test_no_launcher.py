@@ -6,15 +6,16 @@ Slurm sets SLURM_PROCID=0 and SLURM_NTASKS there too, but no SLURM_STEP_ID
 (harness/slurm_env.py), so train.py stops at once with one line, and the job fails,
 where it used to wait for ranks that never come (or, with one task, to train alone). The
 same job with the train.py of docs/ddp/code_changes.md stops with that script's line for
-a job script, which the page shows. On a GPU cluster, the same on the GPUs of one node
-(there is no GPU path to check: the job stops before anything touches a GPU).
+a job script, which the page shows. On a GPU cluster, the first test runs on the GPUs
+of one node too (tests/slurm/clusters.py; there is no GPU path to check: the job stops
+before anything touches a GPU).
 """
 
 import pytest
 
 from harness.outputs import check_output, check_text
+from tests.slurm.clusters import on_each_cluster
 from tests.slurm.jobs import job_end, run_seconds, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 SNIPPET = "slurm/no_launcher.sbatch"
 #: Seconds within which the job must have ended, once running (not counting the queue):
@@ -33,10 +34,11 @@ def assert_stopped_at_once(result) -> str:
     return line
 
 
-@pytest.mark.slurm
-def test_python_in_the_job_script_stops_at_once_with_one_line():
-    result = submit(SNIPPET, check=False)
-    check_output(result)
+@on_each_cluster()
+def test_python_in_the_job_script_stops_at_once_with_one_line(cluster):
+    result = cluster.submit(SNIPPET, check=False, sbatch_args=cluster.shape(nodes=1))
+    if not cluster.real:
+        check_output(result)
     assert_stopped_at_once(result)
 
 
@@ -45,11 +47,4 @@ def test_the_ddp_chapters_train_py_stops_too():
     result = submit(SNIPPET, files=("ddp/train.py",), check=False)
     line = assert_stopped_at_once(result)
     assert "the job script ran it without a launcher" in line
-    check_text(line + "\n", "ddp/train.py", "job-script")
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = submit_real(cluster, SNIPPET, check=False, sbatch_args=cluster.shape(nodes=1))
-    assert_stopped_at_once(result)
+    check_text(line + "\n", "ddp/train.py", "job-script", command=result.command)

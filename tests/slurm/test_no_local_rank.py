@@ -2,16 +2,15 @@
 
 Submitted as it is: one node, 2 tasks. Plain srun sets SLURM_LOCALID in each task but
 neither LOCAL_RANK nor RANK, so code that reads os.environ["LOCAL_RANK"] fails with a
-KeyError and the job fails. On a GPU cluster, the same with 2 GPUs of one node.
+KeyError and the job fails. On a GPU cluster, the same test with 2 GPUs of one node
+(tests/slurm/clusters.py).
 """
 
 import re
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import job_end, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import job_end
 
 SNIPPET = "slurm/no_local_rank.sbatch"
 
@@ -25,16 +24,10 @@ def assert_srun_set_no_local_rank(result) -> None:
     assert job_end(result) == {"state": "FAILED", "exit code": "1:0", "restarts": 0}
 
 
-@pytest.mark.slurm
-def test_srun_sets_slurm_localid_but_no_local_rank():
-    result = submit(SNIPPET, files=(), check=False)
-    check_output(result)
-    assert_srun_set_no_local_rank(result)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = submit_real(cluster, SNIPPET, files=(), check=False,
-                         sbatch_args=cluster.shape(nodes=1, gpus_per_node=2))
+@on_each_cluster()
+def test_srun_sets_slurm_localid_but_no_local_rank(cluster):
+    result = cluster.submit(SNIPPET, files=(), check=False,
+                            sbatch_args=cluster.shape(nodes=1, gpus_per_node=2))
+    if not cluster.real:
+        check_output(result)
     assert_srun_set_no_local_rank(result)

@@ -2,15 +2,14 @@
 starts torchrun without srun.
 
 Submitted as it is. The job gets both nodes, and all 4 processes run on the first. On
-a GPU cluster, the same with the GPUs per node of the job the tests run in (on 2 nodes
-when that job has 2, otherwise 1, where only the placement can be checked).
+a GPU cluster, the same test with the GPUs per node of the job the tests run in (on 2
+nodes when that job has 2, otherwise 1, where only the placement can be checked;
+tests/slurm/clusters.py).
 """
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import GPUS, backend, job_end, job_nodes, placement, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import backend, job_end, job_nodes, placement
 
 
 def assert_only_the_first_node_works(result, nodes: int, gpus: int) -> str:
@@ -21,19 +20,15 @@ def assert_only_the_first_node_works(result, nodes: int, gpus: int) -> str:
     return given[0]
 
 
-@pytest.mark.slurm
-def test_only_the_first_node_works():
-    result = submit("slurm/no_srun.sbatch", world_size=GPUS)
-    check_output(result)
-    assert job_nodes(result) == ["node1", "node2"]
-    assert assert_only_the_first_node_works(result, 2, GPUS) == "node1"
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster(monkeypatch):
-    cluster = real_cluster()
+@on_each_cluster()
+def test_only_the_first_node_works(cluster, monkeypatch):
     cluster.use(monkeypatch)  # job_nodes asks the cluster's scontrol
-    result = submit_real(cluster, "slurm/no_srun.sbatch", world_size=cluster.gpus_per_node,
-                         sbatch_args=cluster.shape(tasks_per_gpu=False))
-    assert_only_the_first_node_works(result, cluster.nodes, cluster.gpus_per_node)
-    assert backend(result.stdout) == "nccl on cuda"
+    result = cluster.submit("slurm/no_srun.sbatch", world_size=cluster.gpus_per_node,
+                            sbatch_args=cluster.shape(tasks_per_gpu=False))
+    if not cluster.real:
+        check_output(result)
+        assert job_nodes(result) == ["node1", "node2"]
+    first = assert_only_the_first_node_works(result, cluster.nodes, cluster.gpus_per_node)
+    if not cluster.real:
+        assert first == "node1"
+    assert backend(result.stdout) == cluster.backend

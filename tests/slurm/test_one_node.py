@@ -2,14 +2,14 @@
 
 Submitted as the page shows it: one node, one task per GPU of the profile's nodes. Its run (tests/slurm/conftest.py) is
 the one the other training jobs of the chapter are compared with. On a GPU cluster, the
-same job with the GPUs of the job the tests run in (tests/slurm/real_cluster.py).
+same test with the GPUs of the job the tests run in (tests/slurm/clusters.py), whose run
+(real_cluster.real_one_node) is the one compared with there.
 """
 
-import pytest
-
 from harness.outputs import BARRIER_WARNING, check_output
-from tests.slurm.jobs import GPUS, backend, checkpoint, job_end, losses, on_one_node
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, real_one_node
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import backend, checkpoint, job_end, losses, on_one_node
+from tests.slurm.real_cluster import real_one_node
 
 
 def assert_trained_on_one_node(job, ranks: int) -> None:
@@ -21,16 +21,14 @@ def assert_trained_on_one_node(job, ranks: int) -> None:
     assert checkpoint(job)["step"] == steps
 
 
-@pytest.mark.slurm
-def test_srun_starts_a_rank_per_gpu_of_the_node_and_they_train(one_node_job):
-    check_output(one_node_job)
-    assert_trained_on_one_node(one_node_job, GPUS)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    job = real_one_node(cluster, cluster.gpus_per_node)
+@on_each_cluster()
+def test_srun_starts_a_rank_per_gpu_of_the_node_and_they_train(cluster, request):
+    if cluster.real:
+        job = real_one_node(cluster, cluster.gpus_per_node)
+    else:  # the session's run (tests/slurm/conftest.py)
+        job = request.getfixturevalue("one_node_job")
+        check_output(job)
     assert_trained_on_one_node(job, cluster.gpus_per_node)
-    assert backend(job.stdout) == "nccl on cuda"
-    assert BARRIER_WARNING not in job.text
+    assert backend(job.stdout) == cluster.backend
+    if cluster.real:  # NCCL's warning of a barrier before the process chose its GPU
+        assert BARRIER_WARNING not in job.text

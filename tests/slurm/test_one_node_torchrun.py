@@ -1,34 +1,31 @@
 """snippets/slurm/one_node_torchrun.sbatch, shown on docs/slurm/one_node.md.
 
 Submitted as it is: one task with 4 GPUs, and torchrun --standalone starts 4 processes.
-On a GPU cluster, one task with the GPUs of the job the tests run in.
+On a GPU cluster, the same test with one task with the GPUs of the job the tests run in
+(tests/slurm/clusters.py), compared with one_node.sbatch's run there
+(real_cluster.real_one_node).
 """
 
-import pytest
-
 from harness.outputs import check_output
-from tests.slurm.jobs import GPUS, assert_same_training, backend, losses, on_one_node, submit
-from tests.slurm.real_cluster import (GPU_ATOL, on_the_gpu_cluster, real_cluster, real_one_node,
-                                      submit_real)
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import assert_same_training, backend, losses, on_one_node
+from tests.slurm.real_cluster import GPU_ATOL, real_one_node
 
 
-@pytest.mark.slurm
-def test_torchrun_trains_exactly_like_srun(one_node_job):
-    result = submit("slurm/one_node_torchrun.sbatch", world_size=GPUS)
-    check_output(result)
-    assert on_one_node(result.stdout) == (GPUS, list(range(GPUS)))  # on whichever node was free
-    assert losses(result.stdout) == losses(one_node_job.stdout)
-    assert_same_training(result, one_node_job)
-
-
-@on_the_gpu_cluster(jobs=2)
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
+@on_each_cluster(jobs=2)
+def test_torchrun_trains_exactly_like_srun(cluster, request):
     gpus = cluster.gpus_per_node
-    result = submit_real(cluster, "slurm/one_node_torchrun.sbatch", world_size=gpus,
-                         sbatch_args=cluster.shape(tasks_per_gpu=False, nodes=1))
-    assert on_one_node(result.stdout) == (gpus, list(range(gpus)))
-    assert backend(result.stdout) == "nccl on cuda"
-    reference = real_one_node(cluster, gpus)
+    result = cluster.submit("slurm/one_node_torchrun.sbatch", world_size=gpus,
+                            sbatch_args=cluster.shape(tasks_per_gpu=False, nodes=1))
+    if not cluster.real:
+        check_output(result)
+    assert on_one_node(result.stdout) == (gpus, list(range(gpus)))  # on whichever node was free
+    assert backend(result.stdout) == cluster.backend
+    if cluster.real:
+        reference = real_one_node(cluster, gpus)
+    else:  # the session's run of one_node.sbatch (tests/slurm/conftest.py)
+        reference = request.getfixturevalue("one_node_job")
     assert len(losses(result.stdout)) == len(losses(reference.stdout))
-    assert_same_training(result, reference, atol=GPU_ATOL)
+    if not cluster.real:  # on the CPU bit for bit: the very same losses
+        assert losses(result.stdout) == losses(reference.stdout)
+    assert_same_training(result, reference, atol=cluster.pick(0.0, GPU_ATOL))

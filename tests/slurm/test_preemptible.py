@@ -7,7 +7,8 @@ model, which this job must neither resume from nor overwrite. The other gets, wh
 trains, the signal that --signal=B:USR1@300 sends 5 minutes before the time limit (sent
 here at once, with scancel). It saves a checkpoint, is requeued, resumes in its second
 run, and ends with exactly the model and optimiser state of the uninterrupted job.
-On a GPU cluster, the same with the GPUs of one node each.
+On a GPU cluster, the same test with the GPUs of one node each (tests/slurm/clusters.py),
+in the folder of one_node.sbatch's run there (real_cluster.real_one_node).
 """
 
 import functools
@@ -17,15 +18,13 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 from harness.outputs import check_output
 from harness.slurm import job_info, jobs_in
 from tests.on_gpus import assert_gpu_path
-from tests.slurm.jobs import (GPUS, WORLD, assert_same_training, checkpoint, job_end,
-                              losses, placement, submit)
-from tests.slurm.real_cluster import (GPU_ATOL, TIMEOUT, job_folder, on_the_gpu_cluster,
-                                      real_cluster, real_one_node, submit_real)
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import (WORLD, assert_same_training, checkpoint, job_end, losses,
+                              placement)
+from tests.slurm.real_cluster import GPU_ATOL, TIMEOUT, real_one_node
 
 SCRIPT = "slurm/preemptible.sbatch"
 #: How far the resumed model may be from the uninterrupted one with more than 2 processes:
@@ -84,27 +83,23 @@ def assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, 
     assert kept["step"] == 3 * (1024 // (32 * placement(one_node.stdout)[0]))
 
 
-@pytest.mark.slurm
-def test_a_signalled_job_saves_requeues_resumes_and_ends_as_if_never_stopped(tmp_path,
-                                                                            one_node_job):
-    job, reference, result = signal_one_of_two(
-        functools.partial(submit, world_size=GPUS),
-        one_node_job.workdir, tmp_path / "stopped", timeout=600)
-    check_output(result)
-    assert_resumed_as_if_never_stopped(job, result, reference, one_node_job, GPUS,
-                                       atol=0.0 if GPUS <= 2 else REBUCKET_ATOL)
-
-
-@on_the_gpu_cluster(jobs=3)
-def test_on_a_gpu_cluster(monkeypatch):
-    cluster = real_cluster()
+@on_each_cluster(jobs=3)
+def test_a_signalled_job_saves_requeues_resumes_and_ends_as_if_never_stopped(
+        cluster, monkeypatch, request):
     cluster.use(monkeypatch)  # the test's squeue, scontrol and scancel ask the cluster
     ranks = cluster.gpus_per_node
-    one_node = real_one_node(cluster, ranks)
+    if cluster.real:
+        one_node = real_one_node(cluster, ranks)
+    else:  # the session's run (tests/slurm/conftest.py)
+        one_node = request.getfixturevalue("one_node_job")
     job, reference, result = signal_one_of_two(
-        functools.partial(submit_real, cluster, world_size=ranks,
-                          sbatch_args=cluster.shape(nodes=1)),
-        one_node.workdir, job_folder("preemptible"), timeout=TIMEOUT)
-    assert_resumed_as_if_never_stopped(job, result, reference, one_node, ranks, atol=GPU_ATOL)
-    assert_gpu_path(result.stdout, WORLD, count=2)  # the first run and the requeued one
-    assert_gpu_path(reference.stdout, WORLD, count=1)
+        functools.partial(cluster.submit, world_size=ranks, sbatch_args=cluster.shape(nodes=1)),
+        one_node.workdir, cluster.folder("preemptible"), timeout=cluster.pick(600, TIMEOUT))
+    if not cluster.real:
+        check_output(result)
+    assert_resumed_as_if_never_stopped(
+        job, result, reference, one_node, ranks,
+        atol=cluster.pick(0.0 if ranks <= 2 else REBUCKET_ATOL, GPU_ATOL))
+    if cluster.real:
+        assert_gpu_path(result.stdout, WORLD, count=2)  # the first run and the requeued one
+        assert_gpu_path(reference.stdout, WORLD, count=1)

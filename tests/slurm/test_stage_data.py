@@ -4,19 +4,17 @@ to every node's local disk, once per node, and train from the copies on two node
 Submitted as the page shows it, with one task per GPU of the profile's nodes (world size
 8 on the two simulated nodes of the default profile), from a folder holding
 train_shards.py and the data set it writes (project/shards). The two simulated nodes share this machine's /tmp: the node's name in
-the local folder gives each its own, as the script says.
+the local folder gives each its own, as the script says. On a GPU cluster, the same test
+on the nodes of the job the tests run in (1 or 2), 2 GPUs each (tests/slurm/clusters.py).
 """
 
 import re
 from pathlib import Path
 
-import pytest
-
-from harness.launch import run
 from harness.outputs import check_output
 from tests.on_gpus import NcclLogs
-from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
-from tests.slurm.real_cluster import job_folder, on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import GPUS, job_end, job_nodes
 from tests.slurm.shards import SHARDS, assert_trained, make_shards, reads
 
 SCRIPT = "slurm/stage_data.sbatch"
@@ -44,29 +42,26 @@ def assert_staged_once_per_node_and_read_there(job, nodes: list[str], world_size
     assert (job.workdir / "checkpoint.pt").is_file()  # on the shared file system
 
 
-@pytest.mark.slurm
-def test_each_node_copies_the_shards_once_and_every_rank_reads_its_nodes_copy(tmp_path):
-    make_shards(tmp_path)
-    job = submit(SCRIPT, files=("slurm/train_shards.py",), workdir=tmp_path,
-                 world_size=2 * GPUS)
-    check_output(job)
-    assert job_end(job)["state"] == "COMPLETED"
-    assert job_nodes(job) == ["node1", "node2"]
-    assert_staged_once_per_node_and_read_there(job, ["node1", "node2"], 2 * GPUS)
-    assert [r[1] for r in reads(job.stdout)] == ["node1"] * GPUS + ["node2"] * GPUS
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster(monkeypatch):
-    cluster = real_cluster()
-    cluster.use(monkeypatch)
-    workdir = job_folder("stage_data")
+@on_each_cluster()
+def test_each_node_copies_the_shards_once_and_every_rank_reads_its_nodes_copy(cluster,
+                                                                              monkeypatch):
+    cluster.use(monkeypatch)  # job_nodes asks the cluster's scontrol
+    workdir = cluster.folder("stage_data")
     make_shards(workdir)
-    per_node = 2  # world size 2 or 4: the 16 shards share out evenly
+    # on a GPU cluster world size 2 or 4: the 16 shards share out evenly
+    per_node = cluster.pick(GPUS, 2)
+    world_size = cluster.nodes * per_node
     logs = NcclLogs(workdir / "nccl-logs")  # where every node sees it
-    job = submit_real(cluster, SCRIPT, files=("slurm/train_shards.py",), workdir=workdir,
-                      world_size=cluster.nodes * per_node,
-                      sbatch_args=cluster.shape(gpus_per_node=per_node), env=logs.env)
+    job = cluster.submit(SCRIPT, files=("slurm/train_shards.py",), workdir=workdir,
+                         world_size=world_size, env=cluster.pick({}, logs.env),
+                         sbatch_args=cluster.shape(gpus_per_node=per_node))
+    if not cluster.real:
+        check_output(job)
     assert job_end(job)["state"] == "COMPLETED"
-    logs.assert_nccl_ran(cluster.nodes * per_node)
-    assert_staged_once_per_node_and_read_there(job, job_nodes(job), cluster.nodes * per_node)
+    nodes = job_nodes(job)
+    assert_staged_once_per_node_and_read_there(job, nodes, world_size)
+    if cluster.real:
+        logs.assert_nccl_ran(world_size)
+    else:  # both nodes, their ranks node by node
+        assert nodes == ["node1", "node2"]
+        assert [r[1] for r in reads(job.stdout)] == ["node1"] * GPUS + ["node2"] * GPUS

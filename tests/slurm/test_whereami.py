@@ -2,16 +2,17 @@
 
 The page's one-line try-out: srun, typed on a login node, starts the script on two
 nodes with two tasks each, and each task reports its rank, node and GPUs. On a GPU
-cluster, the same srun, typed in the job the tests run in as on a login node, on as
-many nodes as that job has (1 or 2).
+cluster, the same test: the same srun, typed in the job the tests run in as on a login
+node, on as many nodes as that job has (1 or 2) (tests/slurm/clusters.py).
 """
 
 import pytest
 
-from harness.launch import run
+from harness.launch import DEFAULT_TIMEOUT, run
 from harness.slurm_env import SRUN_OR_TORCHRUN, STARTED_BY
+from tests.slurm.clusters import on_each_cluster
 from tests.slurm.jobs import whereami
-from tests.slurm.real_cluster import TIMEOUT, job_folder, on_the_gpu_cluster, real_cluster
+from tests.slurm.real_cluster import TIMEOUT
 from tests.slurm.started_by import assert_stopped_with_one_line
 
 
@@ -27,11 +28,15 @@ def assert_two_tasks_per_node_with_two_gpus(result, nodes: int) -> list[str]:
     return names
 
 
-@pytest.mark.slurm
-def test_srun_on_a_login_node_starts_every_task_where_slurm_says():
-    result = run("slurm/whereami.py", launcher="srun", nnodes=2, nproc=2, world_size=0,
-                 srun_args=["--gpus-per-node=2"])
-    assert assert_two_tasks_per_node_with_two_gpus(result, 2) == ["node1", "node2"]
+@on_each_cluster()
+def test_srun_on_a_login_node_starts_every_task_where_slurm_says(cluster):
+    result = run("slurm/whereami.py", launcher=cluster.launcher("srun"), nnodes=cluster.nodes,
+                 nproc=2, world_size=0, workdir=cluster.folder("whereami"),
+                 timeout=cluster.pick(DEFAULT_TIMEOUT, TIMEOUT),
+                 srun_args=[*cluster.options, "--gpus-per-node=2"])
+    names = assert_two_tasks_per_node_with_two_gpus(result, cluster.nodes)
+    if not cluster.real:
+        assert names == ["node1", "node2"]
 
 
 @pytest.mark.parametrize("started_by", SRUN_OR_TORCHRUN)
@@ -46,12 +51,3 @@ def test_it_reports_the_rank_of_srun_or_torchrun_and_stops_in_the_job_script(sta
     else:
         assert [(r, w, local, gpu) for r, w, _, local, gpu, *_ in whereami(result.stdout)] == [
             (*expected, expected[2])]
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = run("slurm/whereami.py", launcher="real-srun", nnodes=cluster.nodes, nproc=2,
-                 world_size=0, workdir=job_folder("whereami"), timeout=TIMEOUT,
-                 srun_args=[*cluster.options, "--gpus-per-node=2"])
-    assert_two_tasks_per_node_with_two_gpus(result, cluster.nodes)

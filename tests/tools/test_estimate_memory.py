@@ -109,7 +109,7 @@ def test_measured_against_estimated_table(comparison):
         total = sum(sum(states[c]) for c in CATEGORIES)
         lines.append(f"{n:>5}  {label:<27} {'  '.join(cells)}  "
                      f"{100 * (sum(table[0]) - total) / total:+5.1f}%")
-    check_text("\n".join(lines) + "\n", SNIPPET, variant="validation")
+    check_text("\n".join(lines) + "\n", SNIPPET, variant="validation", command=())
 
 
 #: What the page shows.

@@ -76,4 +76,5 @@ def error_lines(result: Result, pattern: str = r"^\[rank\d+\]: \w*(Error|Excepti
 def check_errors(result: Result, variant: str, lines: list[str]) -> None:
     """Compare (or record) these lines with <snippet>.<variant>.out, as check_output does."""
     assert lines, result.report()
-    check_text("\n".join(lines) + "\n", result.script, variant)
+    check_text("\n".join(lines) + "\n", result.script, variant, command=result.command,
+               port=result.port)

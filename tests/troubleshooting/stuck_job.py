@@ -136,6 +136,11 @@ def on_a_gpu_cluster(cluster: RealCluster) -> Stuck:
     return dataclasses.replace(stuck, nccl=logs)
 
 
+def on(cluster) -> Stuck:
+    """The job on the test's cluster (tests/slurm/clusters.py), run once in the session."""
+    return on_a_gpu_cluster(cluster) if cluster.real else on_the_local_cluster()
+
+
 def by_rank(output: str) -> str:
     """The lines of a job's output grouped by rank: ``sort --stable --numeric-sort``, as
     the page tells the reader to read an output file of ``srun --label``."""

@@ -3,8 +3,8 @@ docs/troubleshooting/bandwidth.md: the all-reduce bandwidth within a node, betwe
 nodes and over every process of a job, on both nodes of the local cluster as the page
 shows it, one task per GPU of the profile's nodes (gloo on localhost: the figures are those of the machine's memory, not of a
 network). The test checks what does not depend on the clock: the sizes, the numbers of
-processes and nodes, and busbw = algbw x 2(n-1)/n. On a GPU cluster, the same on its
-nodes.
+processes and nodes, and busbw = algbw x 2(n-1)/n. On a GPU cluster, the same test on
+its nodes, with the script's own sizes (tests/slurm/clusters.py).
 """
 
 import re
@@ -15,8 +15,7 @@ from harness.launch import run
 from harness.outputs import check_output
 from tests.devices import on_each_device
 from tests.on_gpus import assert_gpu_path
-from tests.slurm.jobs import GPUS, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
+from tests.slurm.clusters import on_each_cluster
 from tests.slurm.started_by import assert_stopped_with_one_line
 
 JOB = "troubleshooting/allreduce_bw.sbatch"
@@ -82,25 +81,18 @@ def test_under_torchrun_on_one_node(device):
     assert_bus_bandwidth(found[0], rounding=True)
 
 
-@pytest.mark.slurm
-def test_within_a_node_between_nodes_and_every_process():
-    result = submit(JOB, *ARGS, files=(SCRIPT,), world_size=2 * GPUS)
-    check_output(result)
-    found = tables(result.stdout)
-    assert [(t["n"], t["nodes"]) for t in found] == [(GPUS, 1), (2, 2), (2 * GPUS, 2)]
-    for table in found:
-        assert_bus_bandwidth(table)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster():
-    cluster = real_cluster()
-    result = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=cluster.shape(),
-                         world_size=cluster.nodes * cluster.gpus_per_node)
-    found = tables(result.stdout)
-    assert_gpu_path(result.stdout, HEAD, count=3)  # every srun's processes: NCCL on CUDA
+@on_each_cluster()
+def test_within_a_node_between_nodes_and_every_process(cluster):
+    """On a GPU cluster with the script's own sizes, 1, 16 and 256 MiB."""
     per_node, nodes = cluster.gpus_per_node, cluster.nodes
+    result = cluster.submit(JOB, *cluster.pick(ARGS, ()), files=(SCRIPT,),
+                            sbatch_args=cluster.shape(), world_size=nodes * per_node)
+    if cluster.real:
+        assert_gpu_path(result.stdout, HEAD, count=3)  # every srun's processes: NCCL on CUDA
+    else:
+        check_output(result)
+    found = tables(result.stdout)
     assert [(t["n"], t["nodes"]) for t in found] == [
         (per_node, 1), (nodes, nodes), (per_node * nodes, nodes)]
     for table in found:
-        assert_bus_bandwidth(table, mib=(1, 16, 256))
+        assert_bus_bandwidth(table, mib=cluster.pick(MIB, (1, 16, 256)))

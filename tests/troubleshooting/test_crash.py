@@ -79,6 +79,6 @@ def test_torchrun_names_the_rank_and_its_signal_and_the_rank_left_its_stack(tmp_
     device.assert_ran(ranks, result=result)  # on GPUs, steps 0 to 2 all-reduced over NCCL
     if not device.cuda:  # the pages show the CPU run
         if ranks > 1:
-            check_text(result.stdout, SNIPPET)
-            check_text(cause, SNIPPET, "summary")
-            check_text(log, SNIPPET, "faulthandler")
+            check_text(result.stdout, SNIPPET, command=result.command)
+            check_text(cause, SNIPPET, "summary", command=result.command)
+            check_text(log, SNIPPET, "faulthandler", command=result.command)

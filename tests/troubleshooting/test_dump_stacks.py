@@ -1,14 +1,14 @@
 """snippets/troubleshooting/dump_stacks.sh, shown on docs/troubleshooting/many_nodes.md:
 the stack of every rank of the job that hangs on purpose (hang.sbatch, run once for this
 file and test_hang.py by tests/troubleshooting/stuck_job.py), collected from a login
-node with srun --overlap and py-spy. On a GPU cluster, the same on its nodes.
+node with srun --overlap and py-spy. On a GPU cluster, the same test on its nodes
+(tests/slurm/clusters.py).
 """
 
-import pytest
+from pathlib import Path
 
 from harness.outputs import check_text
-from tests.slurm.jobs import GPUS
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
+from tests.slurm.clusters import on_each_cluster
 from tests.troubleshooting import stuck_job
 from tests.troubleshooting.stuck_job import SKIPPING_RANK
 
@@ -37,19 +37,18 @@ def assert_every_rank_found_and_one_elsewhere(stuck, nodes: list[str], per_node:
     assert labels == sorted(labels, key=int), "sorted by node"
 
 
-@pytest.mark.slurm
-def test_every_rank_on_both_nodes_waits_in_the_all_reduce_but_rank_1():
-    stuck = stuck_job.on_the_local_cluster()
-    assert_every_rank_found_and_one_elsewhere(stuck, ["node1", "node2"], GPUS)
-    check_text(stuck.dump, DUMP, job=stuck_job.JOB)  # the job's shape: the profile's
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster(monkeypatch):
-    cluster = real_cluster()
-    cluster.use(monkeypatch)
-    stuck = stuck_job.on_a_gpu_cluster(cluster)
+@on_each_cluster()
+def test_every_rank_on_both_nodes_waits_in_the_all_reduce_but_rank_1(cluster, monkeypatch):
+    cluster.use(monkeypatch)  # the test's squeue, scontrol and scancel ask the cluster
+    stuck = stuck_job.on(cluster)
     nodes = list(dict.fromkeys(node for node, _ in stuck.stacks.values()))
     assert len(nodes) == cluster.nodes
-    assert_every_rank_found_and_one_elsewhere(stuck, nodes, cluster.gpus_per_node, gpus=True)
-    stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # NCCL's all-reduce
+    if not cluster.real:
+        assert nodes == ["node1", "node2"]
+    assert_every_rank_found_and_one_elsewhere(stuck, nodes, cluster.gpus_per_node,
+                                              gpus=cluster.real)
+    if cluster.real:
+        stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # NCCL's all-reduce
+    else:
+        check_text(stuck.dump, DUMP, job=stuck_job.JOB,  # the job's shape: the profile's
+                   command=f"bash {Path(DUMP).name} {stuck.job_id}")

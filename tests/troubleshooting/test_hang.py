@@ -1,19 +1,18 @@
 """snippets/troubleshooting/hang.sbatch and hang.py, shown on
 docs/troubleshooting/many_nodes.md: a job that hangs on purpose, on both nodes of the
 local cluster as the page shows it (one task per GPU); it is cancelled once dump_stacks.sh has seen every
-rank stuck (tests/troubleshooting/stuck_job.py). On a GPU cluster, the same on its nodes.
+rank stuck (tests/troubleshooting/stuck_job.py). On a GPU cluster, the same test on its
+nodes (tests/slurm/clusters.py).
 """
 
 import re
-
-import pytest
 
 from harness.launch import Result, run
 from harness.outputs import check_text
 from tests.compare import saved_from
 from tests.devices import on_each_device
-from tests.slurm.jobs import GPUS, job_end
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import job_end
 from tests.slurm.started_by import assert_stopped_with_one_line
 from tests.troubleshooting import stuck_job
 from tests.troubleshooting.common import check_errors, error_lines
@@ -45,21 +44,16 @@ def test_in_the_job_script_without_srun_it_stops_at_once_with_one_line():
                                      check=False, timeout=60))
 
 
-@pytest.mark.slurm
-def test_the_job_hangs_until_cancelled_and_every_line_names_its_rank():
-    stuck = stuck_job.on_the_local_cluster()
-    assert_hung_until_cancelled(stuck, 2 * GPUS)
-    check_text(by_rank(stuck.job.stdout), JOB)
-
-
-@on_the_gpu_cluster()
-def test_on_a_gpu_cluster(monkeypatch):
-    cluster = real_cluster()
+@on_each_cluster()
+def test_the_job_hangs_until_cancelled_and_every_line_names_its_rank(cluster, monkeypatch):
     cluster.use(monkeypatch)  # the test's squeue, scontrol and scancel ask the cluster
-    stuck = stuck_job.on_a_gpu_cluster(cluster)
+    stuck = stuck_job.on(cluster)
     assert stuck.job.script.name == JOB.split("/")[1]
     assert_hung_until_cancelled(stuck, cluster.nodes * cluster.gpus_per_node)
-    stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # stuck in NCCL
+    if cluster.real:
+        stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # stuck in NCCL
+    else:
+        check_text(by_rank(stuck.job.stdout), JOB, command=stuck.job.command)
 
 
 def monitored(ranks: int, timeout: float, env=None) -> Result:

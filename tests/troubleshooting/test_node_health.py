@@ -9,9 +9,10 @@ the checks run on the CPU: node2 is made to fail the memory test with the script
 --simulate-fault-on option (which flips one value of the test on that node's last
 process): the report names node2 and no other, and the same job submitted again with
 --exclude=node2 runs on node1 alone and passes. Each node runs one process per GPU of
-the profile's nodes, as the page shows the job. On a GPU cluster: every node of a job
-passes, and the same nodes with a simulated fault on the last one name that one; on one
-GPU, a node given four GPUs fails.
+the profile's nodes, as the page shows the job. On a GPU cluster, the test of the
+broken node (tests/slurm/clusters.py): every node of a job passes, and the same nodes
+with a simulated fault on the last one name that one; on one GPU, a node given four GPUs
+fails.
 """
 
 import re
@@ -21,8 +22,8 @@ import pytest
 from harness.launch import DEVICE_ENV, FAKE_GPUS_ENV, own_gpus, run
 from harness.outputs import check_output
 from tests.devices import on_each_device
+from tests.slurm.clusters import on_each_cluster
 from tests.slurm.jobs import GPUS, job_end, job_nodes, submit
-from tests.slurm.real_cluster import on_the_gpu_cluster, real_cluster, submit_real
 
 JOB = "troubleshooting/node_health.sbatch"
 SCRIPT = "troubleshooting/node_health.py"
@@ -71,41 +72,43 @@ def test_a_node_that_sees_fewer_gpus_than_slurm_gave_it_fails(visible, device):
     assert result.returncode == 1
 
 
-@pytest.mark.slurm
-def test_the_report_names_the_broken_node_and_the_job_without_it_passes():
-    broken = submit(JOB, "--cpu", "--simulate-fault-on", "node2", files=(SCRIPT,),
-                    check=False)
-    check_output(broken, "fault")
+@on_each_cluster(jobs=2)
+def test_the_report_names_the_broken_node_and_the_job_without_it_passes(cluster, monkeypatch):
+    """On the local cluster, the checks on the CPU, a fault on node2, then the job without
+    node2. On a GPU cluster (tests/slurm/clusters.py), the checks on its GPUs: every node
+    of a job passes, then the same nodes with a fault on the last one name that one."""
+    cluster.use(monkeypatch)  # job_nodes asks the cluster
+    shape = cluster.shape(tasks_per_gpu=False)
+    if cluster.real:
+        healthy = cluster.submit(JOB, files=(SCRIPT,), sbatch_args=shape,
+                                 world_size=cluster.gpus_per_node)  # a process group per node
+        nodes = job_nodes(healthy)
+        assert report(healthy) == {node: "OK" for node in nodes}, healthy.report()
+        assert f"{cluster.gpus_per_node} processes on cuda" in healthy.stdout
+        same_nodes = [f"--nodelist={','.join(nodes)}"]
+    else:  # the page's job as it is, on both nodes
+        nodes, same_nodes = ["node1", "node2"], []
+    last = nodes[-1]
+    broken = cluster.submit(JOB, *cluster.pick(["--cpu"], []), "--simulate-fault-on", last,
+                            files=(SCRIPT,), sbatch_args=[*shape, *same_nodes], check=False)
+    if not cluster.real:
+        check_output(broken, "fault")
     assert job_end(broken)["state"] == "FAILED" and broken.returncode == 1
-    assert report(broken) == {"node1": "OK", "node2": "FAIL"}
-    assert f"node2: FAIL ({GPUS} processes on cpu, all-reduce, 64 MiB memory test each): " \
-           "memory test: 2 wrong values on cpu" in broken.stdout  # one per pattern
+    assert report(broken) == {node: "FAIL" if node == last else "OK" for node in nodes}
+    if not cluster.real:
+        assert f"node2: FAIL ({GPUS} processes on cpu, all-reduce, 64 MiB memory test each): " \
+               "memory test: 2 wrong values on cpu" in broken.stdout  # one per pattern
     bad = failed(broken)
-    assert bad == ["node2"]
+    assert bad == [last]
+    if cluster.real:
+        return  # the job without the bad node: on the local cluster, one node is left
 
     # what the report says to do: the same job, without the bad node (and so on 1 node)
-    again = submit(JOB, "--cpu", "--simulate-fault-on", "node2", files=(SCRIPT,),
-                   world_size=GPUS,
-                   sbatch_args=[f"--exclude={','.join(bad)}", "--nodes=1"])
+    again = cluster.submit(JOB, "--cpu", "--simulate-fault-on", "node2", files=(SCRIPT,),
+                           world_size=GPUS,
+                           sbatch_args=[f"--exclude={','.join(bad)}", "--nodes=1"])
     check_output(again, "exclude")
     assert job_end(again)["state"] == "COMPLETED"
     assert job_nodes(again) == ["node1"]
     assert report(again) == {"node1": "OK"}
     assert again.stdout.splitlines()[-1] == "all nodes passed: node1"
-
-
-@on_the_gpu_cluster(jobs=2)
-def test_on_a_gpu_cluster(monkeypatch):
-    cluster = real_cluster()
-    cluster.use(monkeypatch)  # job_nodes asks the cluster
-    shape = cluster.shape(tasks_per_gpu=False)
-    healthy = submit_real(cluster, JOB, files=(SCRIPT,), sbatch_args=shape,
-                          world_size=cluster.gpus_per_node)  # a process group per node
-    nodes = job_nodes(healthy)
-    assert report(healthy) == {node: "OK" for node in nodes}, healthy.report()
-    assert f"{cluster.gpus_per_node} processes on cuda" in healthy.stdout
-    last = nodes[-1]
-    broken = submit_real(cluster, JOB, "--simulate-fault-on", last, files=(SCRIPT,),
-                         sbatch_args=[*shape, f"--nodelist={','.join(nodes)}"], check=False)
-    assert report(broken) == {node: "FAIL" if node == last else "OK" for node in nodes}
-    assert failed(broken) == [last]
