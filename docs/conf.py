@@ -105,7 +105,8 @@ extlinks_detect_hardcoded_links = True
 
 copybutton_prompt_text = r"\$ |>>> |\.\.\. "
 copybutton_prompt_is_regexp = True
-copybutton_only_copy_prompt_lines = False
+copybutton_only_copy_prompt_lines = True  # an output's copy button copies its command
+copybutton_line_continuation_character = "\\"
 
 html_theme = "sphinx_book_theme"
 html_title = "Distributed PyTorch on HPC clusters"

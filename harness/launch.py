@@ -234,9 +234,9 @@ SHOWN_VARIABLES = re.compile(
 #: a process sees, and the settings of PyTorch, NCCL and TensorFlow.
 READER_VARIABLES = re.compile(r"(CUDA_VISIBLE_DEVICES|(PYTORCH|TORCH|NCCL|TF)_\w+)$")
 #: Words the tests add that a reader never types: Open MPI run as root in a container or
-#: with more ranks than cores, and the tests' wrapper that has every rank save what it
-#: holds (tests/frameworks/common.py, tests/ddp/train_runs.py).
-TESTS_ONLY = {"--allow-run-as-root", "--oversubscribe", "every_rank_saves.py"}
+#: with more ranks than cores, and the tests' wrappers that have every rank save what it
+#: holds (tests/compare.py) and count the GPUs a run saw (tests/on_gpus.py).
+TESTS_ONLY = {"--allow-run-as-root", "--oversubscribe", "every_rank_saves.py", "sees_gpus.py"}
 
 
 def reader_command(l: Launch, procs: list[Proc]) -> list[str]:

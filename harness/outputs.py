@@ -121,6 +121,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
          "which compiled modules numpy and torch load")],
     "troubleshooting/allreduce_bw.out": [
         (r"[\d.]+ GB/s", "<n> GB/s", "bandwidth measured with a clock")],
+    "troubleshooting/hang.out": [
+        (r"hang-\d+\.out", "hang-<job id>.out", "the job's id")],
     "troubleshooting/dump_stacks.out": [
         (r"\bThread \d+", "Thread <pid>", "process ids"),
         (r"dump_stacks\.sh \d+", "dump_stacks.sh <job id>", "the job's id")],

@@ -136,7 +136,9 @@ CLUSTER_KEYS = {
 PARTITION_KEYS = {
     "name": (str, True, None, "the partition's name (`--partition=`)"),
     "gpus_per_node": (int, True, None, "GPUs (or GPU dies) per node"),
-    "cpus_per_gpu": (int, True, None, "CPU cores a job may take per GPU"),
+    "cpus_per_gpu": (int, True, None, "CPUs a job may take per GPU, as Slurm counts them "
+                     "(`--cpus-per-gpu`: a hardware thread each on nodes with SMT, unless "
+                     "configured otherwise)"),
     "mem_per_gpu": (str, True, None, 'memory a job may take per GPU, e.g. `"64G"` or `"60000"` (MB)'),
     "gpu_type": (str, False, "", "the GRES type of its GPUs, e.g. `\"a100\"` "
                  "(jobs then ask `--gpus-per-node=a100:4`); empty: no type"),
@@ -174,11 +176,20 @@ def _megabytes(mem: str) -> int:
     return int(number) * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[unit]
 
 
+def _belongs(key: str, prefix: str) -> str:
+    """Where a key unknown in this table belongs, as a hint: ``; it belongs in [cluster]``."""
+    for table, keys in (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
+                        ("[environment]", ENVIRONMENT_KEYS)):
+        if key in keys and not prefix.startswith(table.strip("[]")):
+            return f"; it belongs in {table}"
+    return ""
+
+
 def _check_table(where: str, table: dict, keys: dict, prefix: str) -> dict:
     unknown = sorted(set(table) - set(keys))
     if unknown:
         raise ProfileError(f"{where}: unknown key {prefix}{unknown[0]} "
-                           f"(expected one of: {', '.join(keys)})")
+                           f"(expected one of: {', '.join(keys)}{_belongs(unknown[0], prefix)})")
     values = {}
     for key, (kind, required, default, _) in keys.items():
         if key not in table:
@@ -189,8 +200,11 @@ def _check_table(where: str, table: dict, keys: dict, prefix: str) -> dict:
             continue
         value = table[key]
         if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            hint = ""
+            if key == "gpus_per_node" and isinstance(value, str) and ":" in value:
+                hint = " (the GPU type goes in gpu_type, e.g. gpu_type = \"a100\")"
             raise ProfileError(f"{where}: {prefix}{key} is {value!r}, "
-                               f"expected {_TYPE_NAMES[kind]}")
+                               f"expected {_TYPE_NAMES[kind]}{hint}")
         if kind is list and not all(isinstance(item, str) for item in value):
             raise ProfileError(f"{where}: {prefix}{key} must be a list of strings")
         values[key] = value
@@ -215,8 +229,10 @@ def load(path: str | Path | None = None) -> Profile:
                            f"(expected one of: {', '.join(TOP_KEYS)})")
     for key, kind in TOP_KEYS.items():
         if key in data and not isinstance(data[key], kind):
-            raise ProfileError(f"{where}: {key} is {data[key]!r}, expected "
-                               f"{'[' + key + ']' if kind is dict else '[[' + key + ']]'}")
+            written = f"[{key}]" if isinstance(data[key], dict) else f"{key} = ..."
+            wanted = (f"[{key}]" if kind is dict
+                      else f"[[{key}]], one table per partition, with two brackets")
+            raise ProfileError(f"{where}: {key} is written {written}, expected {wanted}")
     if "cluster" not in data:
         raise ProfileError(f"{where}: missing table [cluster]")
     cluster = _check_table(where, data["cluster"], CLUSTER_KEYS, "cluster.")
@@ -390,13 +406,51 @@ def needs_rendering(path: str | Path) -> bool:
     return path.suffix == ".sbatch" and inside
 
 
+def keys_text() -> str:
+    """Every key a profile may hold, table by table, with its type, its default and what
+    it means: the reference, readable without building the site."""
+    lines = []
+    for table, keys in (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
+                        ("[environment]", ENVIRONMENT_KEYS)):
+        lines.append(table)
+        for key, (kind, required, default, meaning) in keys.items():
+            need = "required" if required else f"default {_toml(default)}"
+            lines.append(f"  {key} ({_TYPE_NAMES[kind]}, {need}): {meaning.replace('`', '')}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value).replace("'", '"')
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.profile [PROFILE]``: check a profile; one line either way."""
+    """``python -m harness.profile [PROFILE]``: check a profile, one line either way;
+    ``--keys``: print every key; ``PROFILE --render JOB``: print a job script (a path, or
+    one relative to snippets/) as the profile renders it."""
+    import argparse
     import sys
-    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m harness.profile", description=main.__doc__)
+    parser.add_argument("profile", nargs="?", help="a profile (default: $CENTRE, else "
+                        "profiles/default.toml)")
+    parser.add_argument("--keys", action="store_true", help="print every key and its meaning")
+    parser.add_argument("--render", metavar="JOB", help="print this job script as the "
+                        "profile renders it")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.keys:
+        print(keys_text(), end="")
+        return 0
     try:
-        p = load(argv[0] if argv else None)
-    except ProfileError as error:
+        p = load(args.profile)
+        if args.render:
+            job = Path(args.render)
+            if not job.exists():
+                job = ROOT / "snippets" / args.render
+            print(render_file(job, p), end="")
+            return 0
+    except (ProfileError, OSError) as error:
         print(error, file=sys.stderr)
         return 1
     parts = ", ".join(f"{q.name} ({q.gpus_per_node} GPUs per node)" for q in p.partitions)

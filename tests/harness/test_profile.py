@@ -84,6 +84,15 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
                          + "[environment]"),
      r"partitions: a partition name appears twice"),
     (lambda t: t.replace("[cluster]", "[cluster\n"), r"not valid TOML \("),
+    # A key in the wrong table, a GPU type in the count, one bracket for two: each says where.
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\nexclusive = true'),
+     r"unknown key partitions\[0\]\.exclusive \(expected one of: .*; it belongs in \[cluster\]\)$"),
+    (lambda t: t.replace("gpus_per_node = 4", 'gpus_per_node = "A100:4"'),
+     r"partitions\[0\]\.gpus_per_node is 'A100:4', expected an integer \(the GPU type goes "
+     r"in gpu_type"),
+    (lambda t: t.replace("[[partitions]]", "[partitions]"),
+     r"partitions is written \[partitions\], expected \[\[partitions\]\], one table per "
+     r"partition, with two brackets$"),
 ])
 def test_a_bad_profile_is_one_line_naming_file_key_and_expectation(tmp_path, change, expected):
     path = write(tmp_path, change(GOOD))
@@ -197,3 +206,21 @@ def test_the_hardware_script_asks_for_the_partitions_type_and_feature_where_it_h
 def test_a_job_script_with_missing_or_broken_markers_fails_clearly(text, expected):
     with pytest.raises(profile.ProfileError, match=expected):
         profile.render(text, profile.load(ROOT / "profiles" / "default.toml"), where="x.sbatch")
+
+
+def test_the_keys_and_a_rendered_job_script_print_without_building_the_site():
+    """The reference an administrator reads before the site exists: every key of every
+    table, and a job script as a profile renders it."""
+    keys = subprocess.run([sys.executable, "-m", "harness.profile", "--keys"], cwd=ROOT,
+                          capture_output=True, text=True, check=True, timeout=60).stdout
+    for table in (profile.CLUSTER_KEYS, profile.PARTITION_KEYS, profile.ENVIRONMENT_KEYS):
+        for key in table:
+            assert re.search(rf"(?m)^  {key} \((a string|an integer|true or false|a list), ", keys)
+    assert "  gpus_per_node (an integer, required): " in keys
+    rendered = subprocess.run(
+        [sys.executable, "-m", "harness.profile", "profiles/h100.toml", "--render",
+         "quickstart/one_node.sbatch"], cwd=ROOT, capture_output=True, text=True, check=True,
+        timeout=60).stdout
+    assert rendered == profile.render_file(ROOT / "snippets/quickstart/one_node.sbatch",
+                                           profile.load(ROOT / "profiles/h100.toml"))
+    assert "#SBATCH --partition=gpu_h100" in rendered

@@ -141,8 +141,11 @@ def on(cluster) -> Stuck:
     return on_a_gpu_cluster(cluster) if cluster.real else on_the_local_cluster()
 
 
+#: How the page tells the reader to read an output file of ``srun --label``.
+SORT = "sort --stable --numeric-sort"
+
+
 def by_rank(output: str) -> str:
-    """The lines of a job's output grouped by rank: ``sort --stable --numeric-sort``, as
-    the page tells the reader to read an output file of ``srun --label``."""
-    return subprocess.run(["sort", "--stable", "--numeric-sort"], input=output,
-                          capture_output=True, text=True, check=True).stdout
+    """The lines of a job's output grouped by rank (:data:`SORT`)."""
+    return subprocess.run(SORT.split(), input=output, capture_output=True, text=True,
+                          check=True).stdout

@@ -16,7 +16,7 @@ from tests.slurm.jobs import job_end
 from tests.slurm.started_by import assert_stopped_with_one_line
 from tests.troubleshooting import stuck_job
 from tests.troubleshooting.common import check_errors, error_lines
-from tests.troubleshooting.stuck_job import SKIPPING_RANK, by_rank
+from tests.troubleshooting.stuck_job import SKIPPING_RANK, SORT, by_rank
 
 JOB = "troubleshooting/hang.sbatch"
 SCRIPT = "troubleshooting/hang.py"  # what the job runs
@@ -53,7 +53,8 @@ def test_the_job_hangs_until_cancelled_and_every_line_names_its_rank(cluster, mo
     if cluster.real:
         stuck.nccl.assert_nccl_ran(cluster.nodes * cluster.gpus_per_node)  # stuck in NCCL
     else:
-        check_text(by_rank(stuck.job.stdout), JOB, command=stuck.job.command)
+        check_text(by_rank(stuck.job.stdout), JOB,  # the page sorts the job's output file
+                   command=[*stuck.job.command, f"{SORT} hang-{stuck.job_id}.out"])
 
 
 def monitored(ranks: int, timeout: float, env=None) -> Result:
