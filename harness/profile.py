@@ -163,6 +163,9 @@ ENVIRONMENT_KEYS = {
     "notes": (list, False, [], "sentences shown on the Your cluster page"),
 }
 TOP_KEYS = {"cluster": dict, "partitions": list, "environment": dict}
+#: Each table of a profile, as it is written, with its keys.
+TABLES = (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
+          ("[environment]", ENVIRONMENT_KEYS))
 VENDORS = ("nvidia", "amd")
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
                dict: "a table"}
@@ -178,8 +181,7 @@ def _megabytes(mem: str) -> int:
 
 def _belongs(key: str, prefix: str) -> str:
     """Where a key unknown in this table belongs, as a hint: ``; it belongs in [cluster]``."""
-    for table, keys in (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
-                        ("[environment]", ENVIRONMENT_KEYS)):
+    for table, keys in TABLES:
         if key in keys and not prefix.startswith(table.strip("[]")):
             return f"; it belongs in {table}"
     return ""
@@ -410,17 +412,17 @@ def keys_text() -> str:
     """Every key a profile may hold, table by table, with its type, its default and what
     it means: the reference, readable without building the site."""
     lines = []
-    for table, keys in (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
-                        ("[environment]", ENVIRONMENT_KEYS)):
+    for table, keys in TABLES:
         lines.append(table)
         for key, (kind, required, default, meaning) in keys.items():
-            need = "required" if required else f"default {_toml(default)}"
+            need = "required" if required else f"default {as_toml(default)}"
             lines.append(f"  {key} ({_TYPE_NAMES[kind]}, {need}): {meaning.replace('`', '')}")
         lines.append("")
     return "\n".join(lines)
 
 
-def _toml(value) -> str:
+def as_toml(value) -> str:
+    """A default as a profile would write it: ``true``, ``"myproject"``, ``[]``."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value).replace("'", '"')

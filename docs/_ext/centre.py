@@ -94,14 +94,11 @@ class CentreKeys(Directive):
     def run(self):
         self.state.document.settings.env.note_dependency(centre.__file__)
         lines = []
-        for table, keys in (("[cluster]", centre.CLUSTER_KEYS),
-                            ("[[partitions]]", centre.PARTITION_KEYS),
-                            ("[environment]", centre.ENVIRONMENT_KEYS)):
+        for table, keys in centre.TABLES:
             lines += [f"### `{table}`", "", "| Key | Type | Default | Meaning |",
                       "| --- | --- | --- | --- |"]
             for key, (kind, required, default, meaning) in keys.items():
-                shown = "required" if required else f"`{default!r}`".replace("'", '"')
-                shown = shown.replace("True", "true").replace("False", "false")
+                shown = "required" if required else f"`{centre.as_toml(default)}`"
                 lines.append(f"| `{key}` | {_TYPES[kind]} | {shown} | "
                              f"{meaning.replace('|', '/')} |")
             lines.append("")

@@ -50,7 +50,7 @@ def test_four_processes_on_two_nodes_hold_identical_parameters_equal_to_one_proc
     assert "final parameters identical on all ranks (world size 4)" in result.stdout
     final = final_parameters(result)
     held = assert_every_rank_holds_the_same(result, 4)  # what each rank held when it ended
-    assert_same_state(dict(zip(final, map(torch.from_numpy, held))), final, atol=0)
+    assert_same_state(dict(zip(final, map(torch.from_numpy, held), strict=True)), final, atol=0)
     assert_same_state(final, final_parameters(one_process()), atol=1e-6)
     assert [label for label, _ in losses(result.stdout)] == [label for label, _ in losses(two_ranks().stdout)]
     for (_, loss), (_, loss1) in zip(losses(result.stdout), losses(one_process().stdout)):

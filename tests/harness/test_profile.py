@@ -213,7 +213,7 @@ def test_the_keys_and_a_rendered_job_script_print_without_building_the_site():
     table, and a job script as a profile renders it."""
     keys = subprocess.run([sys.executable, "-m", "harness.profile", "--keys"], cwd=ROOT,
                           capture_output=True, text=True, check=True, timeout=60).stdout
-    for table in (profile.CLUSTER_KEYS, profile.PARTITION_KEYS, profile.ENVIRONMENT_KEYS):
+    for _, table in profile.TABLES:
         for key in table:
             assert re.search(rf"(?m)^  {key} \((a string|an integer|true or false|a list), ", keys)
     assert "  gpus_per_node (an integer, required): " in keys
