@@ -50,24 +50,49 @@ myst_substitutions = {
     "account": _centre.account,
     "scratch": _centre.scratch,
     "module_line": "; ".join(_centre.setup) or "source .venv/bin/activate",
+    # What a reader does with a job script before submitting it: on the example cluster,
+    # adapt it; on a centre's, nothing (its profile wrote the lines).
+    "job_software": (
+        f"The job sets up PyTorch with the module lines of {_centre.name} "
+        "({doc}`slurm/environment` explains them)." if _centre.setup
+        else "The job activates a virtual environment `.venv` in that folder, with PyTorch "
+             "installed ({doc}`how to make one <slurm/environment>`)."),
+    "job_adapt": (
+        "Add the {term}`partition` and account your cluster needs, and change "
+        "`--gpus-per-node` and `--cpus-per-task` to your nodes." if _centre.is_default else
+        f"The {{term}}`partition`, account, GPUs and cores are those of {_centre.name} "
+        f"({{doc}}`slurm/your_cluster`)."),
 }
 # The hardware page's script asks for the partition's GPU type and last feature, where
 # it has them (harness/profile.py); its sentences about them follow.
 _part, _gpus = _centre.partition, _centre.gpus_per_node
 _type, _feature = _part.gpu_type, (_part.features or ("",))[-1]
+_ask = _centre.ask_gpus  # --gpus-per-node=4 or --gres=gpu:4, as the cluster asks
+
+
+def _spellings(request: str) -> str:
+    """The other way to write a GPU request, and which one this cluster's scripts use."""
+    if _centre.gpu_option == "gres":
+        return (f"`--gpus-per-node={request}` is the newer spelling of the same request; "
+                f"the job scripts for {_centre.name} use `--gres`")
+    return f"`--gres=gpu:{request}` is the older spelling of the same request"
+
+
 myst_substitutions |= {
-    "hw_gpus": _gpus,
-    "hw_mem_node": 60 * _gpus,
+    "hw_mem": (
+        f"`--mem-per-gpu={_part.mem_per_gpu}` asks for {_part.mem_per_gpu} of the node's "
+        f"memory (host memory, not GPU memory) for each GPU: {_part.mem_for(_gpus)} for "
+        f"{_gpus} GPUs."),
     "hw_type": (
-        f"`--gpus-per-node={_type}:{_gpus}` asks for {_gpus} GPUs of type `{_type}` on each "
-        f"node; `--gres=gpu:{_type}:{_gpus}` is the older spelling of the same request. "
+        f"`{_ask(f'{_type}:{_gpus}')}` asks for {_gpus} GPUs of type `{_type}` on each "
+        f"node; {_spellings(f'{_type}:{_gpus}')}. "
         + (f"On {_centre.name} every job names the type, as the other jobs of this chapter "
            f"do." if _part.ask_type else
-           f"Without a type, `--gpus-per-node={_gpus}` takes {_gpus} GPUs of any type, as "
+           f"Without a type, `{_ask(str(_gpus))}` takes {_gpus} GPUs of any type, as "
            f"the other jobs of this chapter do.") if _type else
-        f"`--gpus-per-node={_gpus}` asks for {_gpus} GPUs on each node: the GPUs of "
+        f"`{_ask(str(_gpus))}` asks for {_gpus} GPUs on each node: the GPUs of "
         f"{_centre.name} have no type to name. Where a cluster has several kinds, "
-        f"`--gpus-per-node=TYPE:{_gpus}` (or `--gres=gpu:TYPE:{_gpus}`) asks for one."),
+        f"`{_ask(f'TYPE:{_gpus}')}` asks for one; {_spellings(f'TYPE:{_gpus}')}."),
     "hw_feature": (
         f"`--constraint={_feature}` keeps the job to nodes with the feature `{_feature}`."
         if _feature else

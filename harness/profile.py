@@ -64,10 +64,23 @@ class Partition:
     features: tuple[str, ...] = ()
     default: bool = False
     description: str = ""
+    cores_per_node: int = 0
+    threads_per_core: int = 1
+    cpu_bind: str = ""
 
     @property
     def mem_per_gpu_mb(self) -> int:
-        return _megabytes(self.mem_per_gpu)
+        return round(_megabytes(self.mem_per_gpu))
+
+    def mem_for(self, gpus: int) -> str:
+        """The memory of ``gpus`` GPUs, in the unit of ``mem_per_gpu``: ``"240G"``."""
+        number, unit = _MEM.match(self.mem_per_gpu).groups()
+        return f"{int(number) * gpus}{unit}"
+
+    @property
+    def cpus_per_node(self) -> int:
+        """The CPUs Slurm counts on a node (cores times threads), 0 where not given."""
+        return self.cores_per_node * self.threads_per_core
 
     def gpu_request(self, gpus: int | None = None, typed: bool = False) -> str:
         """The value of ``--gpus-per-node`` for ``gpus`` GPUs (default: the whole node):
@@ -93,12 +106,21 @@ class Profile:
     support_url: str
     docs_url: str
     gpu_vendor: str
+    gpu_option: str
     partitions: tuple[Partition, ...]
     setup: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
     nccl_socket_ifname: str = ""
-    cpu_bind: str = ""
+    container_image: str = ""
+    container_exec: str = ""
     notes: tuple[str, ...] = field(default=())
+
+    def ask_gpus(self, request: str) -> str:
+        """The option that asks for ``request`` GPUs per node (``4`` or ``a100:4``) in the
+        cluster's style: ``--gpus-per-node=4`` or ``--gres=gpu:4``."""
+        return (f"--gres=gpu:{request}" if self.gpu_option == "gres"
+                else f"--gpus-per-node={request}")
 
     @property
     def partition(self) -> Partition:
@@ -132,6 +154,8 @@ CLUSTER_KEYS = {
     "support_url": (str, False, "", "the centre's support page or address"),
     "docs_url": (str, False, "", "the centre's own documentation"),
     "gpu_vendor": (str, False, "nvidia", '`"nvidia"` (CUDA, NCCL) or `"amd"` (ROCm, RCCL)'),
+    "gpu_option": (str, False, "gpus-per-node", 'how jobs ask for GPUs: `"gpus-per-node"` '
+                   '(`--gpus-per-node=4`) or `"gres"` (`--gres=gpu:4`)'),
 }
 PARTITION_KEYS = {
     "name": (str, True, None, "the partition's name (`--partition=`)"),
@@ -149,17 +173,29 @@ PARTITION_KEYS = {
                  "with `--constraint`"),
     "default": (bool, False, False, "true: jobs land here without `--partition`"),
     "description": (str, False, "", "one line for readers: what the partition is for"),
+    "cores_per_node": (int, False, 0, "CPU cores per node, all sockets together (`sinfo -o "
+                       "%z` shows sockets:cores:threads); 0: not checked"),
+    "threads_per_core": (int, False, 1, "hardware threads per core that Slurm counts as CPUs "
+                         "(2 on nodes with SMT, unless Slurm is configured to count cores)"),
+    "cpu_bind": (str, False, "", "CPU binding for the job scripts that start one task per "
+                 "GPU (exported as `SLURM_CPU_BIND`), e.g. `\"mask_cpu:...\"` with one mask "
+                 "per GPU, in the order of the GPUs; empty: the cluster's default"),
 }
 ENVIRONMENT_KEYS = {
     "setup": (list, False, [], "the lines that set up the software environment in a job "
               "script, e.g. module loads; empty: the job scripts' own lines"),
     "modules": (list, False, [], "the modules the setup lines load (the tests generate "
                 "them as an Lmod tree)"),
+    "variables": (dict, False, {}, "variables every job script exports after the setup "
+                  "lines, e.g. `{ NCCL_NET_GDR_LEVEL = \"3\" }`"),
     "nccl_socket_ifname": (str, False, "", "network interface NCCL/RCCL must use "
                            "(exported as `NCCL_SOCKET_IFNAME`); empty: leave NCCL to choose"),
-    "cpu_bind": (str, False, "", "CPU binding for `srun`'s tasks (exported as "
-                 "`SLURM_CPU_BIND`), e.g. `\"map_cpu:...\"` or `\"mask_cpu:...\"`; empty: the "
-                 "cluster's default"),
+    "container_image": (str, False, "", "the container image PyTorch runs in, e.g. a `.sif` "
+                        "file (exported as `CONTAINER`); empty: no container"),
+    "container_exec": (str, False, "", "the command that runs a program inside the image, "
+                       "written before the image, e.g. `\"singularity exec --bind /scratch\"`: "
+                       "every `python`, `torchrun`, `accelerate` and `deepspeed` command of "
+                       "the job scripts runs through it"),
     "notes": (list, False, [], "sentences shown on the Your cluster page"),
 }
 TOP_KEYS = {"cluster": dict, "partitions": list, "environment": dict}
@@ -167,11 +203,15 @@ TOP_KEYS = {"cluster": dict, "partitions": list, "environment": dict}
 TABLES = (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
           ("[environment]", ENVIRONMENT_KEYS))
 VENDORS = ("nvidia", "amd")
+GPU_OPTIONS = ("gpus-per-node", "gres")
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
                dict: "a table"}
 _MEM = re.compile(r"^(\d+)([KMGT]?)$")
 #: A Slurm partition or node feature name.
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A binding with one CPU list per task: ``mask_cpu:0xfe,0xfe00`` or ``map_cpu:1,9``.
+_BIND_LIST = re.compile(r"(?:verbose,)?(mask|map)_cpu:(\S+)")
 
 
 def _megabytes(mem: str) -> int:
@@ -209,6 +249,9 @@ def _check_table(where: str, table: dict, keys: dict, prefix: str) -> dict:
                                f"expected {_TYPE_NAMES[kind]}{hint}")
         if kind is list and not all(isinstance(item, str) for item in value):
             raise ProfileError(f"{where}: {prefix}{key} must be a list of strings")
+        if kind is dict and not all(isinstance(item, str) for item in value.values()):
+            raise ProfileError(f"{where}: {prefix}{key} must be a table of strings, "
+                               f'e.g. {{ NAME = "value" }}')
         values[key] = value
     return values
 
@@ -238,9 +281,10 @@ def load(path: str | Path | None = None) -> Profile:
     if "cluster" not in data:
         raise ProfileError(f"{where}: missing table [cluster]")
     cluster = _check_table(where, data["cluster"], CLUSTER_KEYS, "cluster.")
-    if cluster["gpu_vendor"] not in VENDORS:
-        raise ProfileError(f"{where}: cluster.gpu_vendor is {cluster['gpu_vendor']!r}, "
-                           f"expected one of {', '.join(map(repr, VENDORS))}")
+    for key, allowed in (("gpu_vendor", VENDORS), ("gpu_option", GPU_OPTIONS)):
+        if cluster[key] not in allowed:
+            raise ProfileError(f"{where}: cluster.{key} is {cluster[key]!r}, "
+                               f"expected one of {', '.join(map(repr, allowed))}")
     if not data.get("partitions"):
         raise ProfileError(f"{where}: missing partition: expected at least one [[partitions]] "
                            f"table (the first is the one job scripts use)")
@@ -264,17 +308,61 @@ def load(path: str | Path | None = None) -> Profile:
         if bad:
             raise ProfileError(f"{where}: {prefix}features has {bad[0]!r}, expected "
                                f"Slurm feature names (letters, digits, _ . -)")
-        partitions.append(Partition(**part | {"features": tuple(part["features"])}))
+        partition = Partition(**part | {"features": tuple(part["features"])})
+        _check_node(where, prefix, partition)
+        partitions.append(partition)
     names = [p.name for p in partitions]
     if len(set(names)) != len(names):
         raise ProfileError(f"{where}: partitions: a partition name appears twice in {names}")
     if sum(p.default for p in partitions) > 1:
         raise ProfileError(f"{where}: partitions: more than one has default = true")
     env = _check_table(where, data.get("environment", {}), ENVIRONMENT_KEYS, "environment.")
+    bad = [name for name in env["variables"] if not _VARIABLE.fullmatch(name)]
+    if bad:
+        raise ProfileError(f"{where}: environment.variables has {bad[0]!r}, expected a "
+                           f"shell variable name (letters, digits, _)")
+    if bool(env["container_image"]) != bool(env["container_exec"]):
+        raise ProfileError(f"{where}: environment.container_image and "
+                           f"environment.container_exec go together: give both or neither")
     return Profile(path=path, partitions=tuple(partitions), **cluster,
                    setup=tuple(env["setup"]), modules=tuple(env["modules"]),
-                   nccl_socket_ifname=env["nccl_socket_ifname"], cpu_bind=env["cpu_bind"],
-                   notes=tuple(env["notes"]))
+                   variables=tuple(env["variables"].items()),
+                   nccl_socket_ifname=env["nccl_socket_ifname"],
+                   container_image=env["container_image"],
+                   container_exec=env["container_exec"], notes=tuple(env["notes"]))
+
+
+def _check_node(where: str, prefix: str, part: Partition) -> None:
+    """What a node of the partition can hold: its GPUs' CPUs, and one binding per GPU."""
+    if part.threads_per_core < 1 or part.cores_per_node < 0:
+        raise ProfileError(f"{where}: {prefix}threads_per_core must be at least 1 and "
+                           f"cores_per_node at least 0 (0: not given)")
+    asked = part.cpus_per_gpu * part.gpus_per_node
+    if part.cpus_per_node and asked > part.cpus_per_node:
+        raise ProfileError(
+            f"{where}: {prefix}cpus_per_gpu is {part.cpus_per_gpu}: {part.gpus_per_node} "
+            f"GPUs would take {asked} CPUs, but a node has {part.cpus_per_node} "
+            f"(cores_per_node {part.cores_per_node} x threads_per_core "
+            f"{part.threads_per_core})")
+    bind = _BIND_LIST.fullmatch(part.cpu_bind)
+    if not bind:
+        return
+    lists = bind[2].split(",")
+    if len(lists) != part.gpus_per_node:
+        raise ProfileError(f"{where}: {prefix}cpu_bind has {len(lists)} {bind[1]} entries, "
+                           f"expected one per GPU: {part.gpus_per_node}")
+    try:
+        cpus = [int(item, 16 if bind[1] == "mask" else 0) for item in lists]
+    except ValueError:
+        raise ProfileError(f"{where}: {prefix}cpu_bind has an entry that is not a "
+                           f"{'hexadecimal mask' if bind[1] == 'mask' else 'CPU number'}: "
+                           f"{bind[2]!r}") from None
+    highest = max(cpu.bit_length() - 1 if bind[1] == "mask" else cpu for cpu in cpus)
+    if bind[1] == "mask" and 0 in cpus:
+        raise ProfileError(f"{where}: {prefix}cpu_bind has an empty mask")
+    if part.cpus_per_node and highest >= part.cpus_per_node:
+        raise ProfileError(f"{where}: {prefix}cpu_bind names CPU {highest}, but a node "
+                           f"has CPUs 0 to {part.cpus_per_node - 1}")
 
 
 # --- Rendering -----------------------------------------------------------------------------
@@ -298,6 +386,11 @@ def _set_value(line: str, value: str) -> str:
     return head + " " * max(1, column - len(head)) + m[5]
 
 
+#: A comment line of a cluster block that only the example cluster keeps: a centre's
+#: profile says itself which partition and account its jobs need.
+_HINT = re.compile(r"^# Your cluster may also need\b")
+
+
 def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) -> list[str]:
     attrs = dict(re.findall(r"(\w+)=(\S+)", args))
     unknown = set(attrs) - {"gpus", "tasks"}
@@ -308,12 +401,11 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
     gpus = part.gpus_per_node if attrs["gpus"] == "node" else int(attrs["gpus"])
     tasks = attrs.get("tasks", "")
     tasks_per_node = gpus if tasks == "gpu" else int(tasks) if tasks.isdigit() else 0
-    mem = part.mem_per_gpu
-    number, unit = _MEM.match(mem).groups()
     values = {
         "partition": part.name,
         "account": profile.account,
-        "mem": f"{int(number) * gpus}{unit}" if gpus else None,
+        "mem": part.mem_for(gpus) if gpus else None,
+        "mem-per-gpu": part.mem_per_gpu,
     }
     if gpus:
         values["gpus-per-node"] = part.gpu_request(gpus)
@@ -323,6 +415,8 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
             values["cpus-per-task"] = str(gpus * part.cpus_per_gpu // tasks_per_node)
     out, seen = [], set()
     for line in lines:
+        if _HINT.match(line) and not profile.is_default:
+            continue
         m = _SBATCH.match(line)
         if m:
             seen.add(m[2])
@@ -334,9 +428,8 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
                 line = _set_value(line, part.gpu_request(gpus, typed=True))
             elif values.get(m[2]) is not None and m[3] is not None:
                 line = _set_value(line, values[m[2]])
-            if m[2] == "gpus-per-node" and m[5]:  # "or: --gres=gpu:..." in its comment
-                value = _SBATCH.match(line)[3]
-                line = re.sub(r"--gres=gpu:[\w.:-]+", f"--gres=gpu:{value}", line)
+            if m[2] == "gpus-per-node":
+                line = _gpu_option(line, profile)
         out.append(line)
     wanted = []
     if not part.default:
@@ -352,17 +445,64 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) ->
     return out
 
 
-def _environment_block(lines: list[str], profile: Profile) -> list[str]:
+def _gpu_option(line: str, profile: Profile) -> str:
+    """A ``--gpus-per-node`` line in the cluster's style; where its comment names the
+    other spelling (``or: --gres=gpu:a100:4``), that follows the value too."""
+    m = _SBATCH.match(line)
+    value, comment = m[3], m[5] or ""
+    other = {"gpus-per-node": f"--gres=gpu:{value}", "gres": f"--gpus-per-node={value}"}
+    comment = re.sub(r"--gres=gpu:[\w.:-]+", other[profile.gpu_option], comment)
+    head = f"#SBATCH {profile.ask_gpus(value)}"
+    if not comment:
+        return head
+    column = len(line) - len(m[5])
+    return head + " " * max(1, column - len(head)) + comment
+
+
+def _environment_block(lines: list[str], profile: Profile, tasks: str) -> list[str]:
     out = list(profile.setup) if profile.setup else list(lines)
+    if profile.container_image:
+        out.append(_CONTAINER_LINE.format(profile.container_image))
+    out += [f"export {name}={value}" for name, value in profile.variables]
     if profile.nccl_socket_ifname:
         out.append(f"export NCCL_SOCKET_IFNAME={profile.nccl_socket_ifname}"
                    "  # the network NCCL/RCCL use between nodes")
-    if profile.cpu_bind:
-        out.append(f"export SLURM_CPU_BIND={profile.cpu_bind}"
+    if profile.partition.cpu_bind and tasks == "gpu":  # one CPU list per GPU's task
+        out.append(f"export SLURM_CPU_BIND={profile.partition.cpu_bind}"
                    "  # srun binds each task to these cores")
     if out and not lines:
         out.append("")  # set apart from the script's own lines
     return out
+
+
+#: What runs PyTorch: a command at the start of a line, after ``srun`` and its options,
+#: after ``exec``, at the start of ``bash -c``'s command, or the program ``mpirun`` starts
+#: (a backslash and a newline count as a space).
+_SPACE = r"(?:[ \t]|\\\n)"
+_PROGRAM = r"(?:python3?|torchrun|accelerate|deepspeed)(?=[ \t\n])"
+_LAUNCH = re.compile(
+    rf"(?m)(?:^[ \t]*|\bsrun(?:{_SPACE}+-\S+)*{_SPACE}+|\bexec{_SPACE}+|\bbash -c ['\"]"
+    rf"|\bmpirun\b(?:[^\n]|\\\n)*?{_SPACE})(?<!#)({_PROGRAM})")
+_CONTAINER_LINE = "export CONTAINER={}  # the container image PyTorch runs in"
+
+
+def _in_container(text: str, profile: Profile) -> str:
+    """Every command that runs PyTorch, run through the profile's container command;
+    ``CONTAINER`` is exported where the script has no environment block to do it."""
+    code = "\n".join(" " * len(line) if line.lstrip().startswith("#") else line
+                     for line in text.split("\n"))  # comments blanked, offsets kept
+    starts = [m.start(1) for m in _LAUNCH.finditer(code)]
+    if not starts:
+        return text
+    for start in reversed(starts):
+        text = f"{text[:start]}{profile.container_exec} $CONTAINER {text[start:]}"
+    export = _CONTAINER_LINE.format(profile.container_image)
+    if export not in text:  # after the #SBATCH lines
+        lines = text.split("\n")
+        last = max(i for i, line in enumerate(lines) if line.startswith("#SBATCH"))
+        lines[last + 1:last + 1] = ["", export]
+        text = "\n".join(lines)
+    return text
 
 
 def render(text: str, profile: Profile | None = None, where: str = "job script") -> str:
@@ -373,7 +513,7 @@ def render(text: str, profile: Profile | None = None, where: str = "job script")
                            f"lines (CONTRIBUTING.md, 'Add a page, a snippet and its test')")
     out: list[str] = []
     block: list[str] | None = None
-    kind = args = ""
+    kind = args = tasks = ""
     for number, line in enumerate(text.split("\n"), 1):
         begin, end = _BEGIN.match(line), _END.match(line)
         if begin:
@@ -383,8 +523,11 @@ def render(text: str, profile: Profile | None = None, where: str = "job script")
         elif end:
             if block is None or end[1] != kind:
                 raise ProfileError(f"{where}:{number}: '#<{end[1]}' without its '#>{end[1]}'")
-            out += (_cluster_block(block, args, profile, where) if kind == "cluster"
-                    else _environment_block(block, profile))
+            if kind == "cluster":
+                out += _cluster_block(block, args, profile, where)
+                tasks = dict(re.findall(r"(\w+)=(\S+)", args)).get("tasks", "")
+            else:
+                out += _environment_block(block, profile, tasks)
             block = None
         elif block is not None:
             block.append(line)
@@ -392,7 +535,8 @@ def render(text: str, profile: Profile | None = None, where: str = "job script")
             out.append(line)
     if block is not None:
         raise ProfileError(f"{where}: '#>{kind}' without its '#<{kind}'")
-    return "\n".join(out)
+    text = "\n".join(out)
+    return _in_container(text, profile) if profile.container_exec else text
 
 
 def render_file(path: str | Path, profile: Profile | None = None) -> str:

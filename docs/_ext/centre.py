@@ -16,7 +16,8 @@ from docutils.statemachine import StringList
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness import profile as centre  # noqa: E402
 
-_TYPES = {str: "string", int: "integer", bool: "true/false", list: "list of strings"}
+_TYPES = {str: "string", int: "integer", bool: "true/false", list: "list of strings",
+          dict: "table of strings"}
 
 
 def _markdown(directive, lines):
@@ -34,7 +35,7 @@ class CentreSummary(Directive):
         lines = ["| Partition | GPUs per node | CPU cores per GPU | Memory per GPU | "
                  "Ask with | What for |", "| --- | --- | --- | --- | --- | --- |"]
         for part in p.partitions:
-            ask = f"`--gpus-per-node={part.gpu_request()}`"
+            ask = f"`{p.ask_gpus(part.gpu_request())}`"
             if not part.default:
                 ask = f"`--partition={part.name}` {ask}"
             lines.append(f"| `{part.name}`{' (default)' if part.default else ''} | "
@@ -73,10 +74,15 @@ class CentreSummary(Directive):
             lines += ["", f"Between nodes, NCCL{' (RCCL)' if p.gpu_vendor == 'amd' else ''}"
                       f" must use the network interfaces `{p.nccl_socket_ifname}`: the job "
                       f"scripts export `NCCL_SOCKET_IFNAME`."]
-        if p.cpu_bind:
-            lines += ["", "Each task is bound to the CPU cores closest to its GPU: the job "
-                      "scripts export `SLURM_CPU_BIND`, which `srun` reads as "
-                      "`--cpu-bind`."]
+        if p.variables:
+            lines += ["", "Every job script exports these variables after those lines:", "",
+                      "```bash", *(f"export {k}={v}" for k, v in p.variables), "```"]
+        if p.partition.cpu_bind:
+            lines += ["", "A job script that starts one task per GPU binds each task to the "
+                      "CPU cores closest to its GPU: it exports `SLURM_CPU_BIND`, which "
+                      "`srun` reads as `--cpu-bind`. A script that starts one `torchrun` "
+                      "per node has one task for all the node's GPUs, so it binds nothing: "
+                      "its processes share the cores of that task."]
         lines += ["", "## Where things go", "",
                   f"- Log in to `{p.login_host}`.",
                   f"- Large temporary data: `{p.scratch}`."]

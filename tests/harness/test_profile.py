@@ -73,8 +73,8 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
      r"missing key partitions\[0\]\.name \(expected a string\)$"),
     (lambda t: t.replace("[cluster]", "[centre]"), r"unknown key centre "),
     # Values Slurm would refuse.
-    (lambda t: t.replace('mem_per_gpu = "16G"', 'mem_per_gpu = "16 GB"'),
-     r"partitions\[0\]\.mem_per_gpu is '16 GB', expected megabytes or a number"),
+    (lambda t: t.replace('mem_per_gpu = "60G"', 'mem_per_gpu = "60 GB"'),
+     r"partitions\[0\]\.mem_per_gpu is '60 GB', expected megabytes or a number"),
     (lambda t: t.replace('name = "gpu"', 'name = "gpu nodes"'),
      r"partitions\[0\]\.name is 'gpu nodes', expected a Slurm partition name$"),
     (lambda t: t.replace("ask_memory = false", 'ask_memory = false\ngpu_vendor = "intel"'),
@@ -93,6 +93,27 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
     (lambda t: t.replace("[[partitions]]", "[partitions]"),
      r"partitions is written \[partitions\], expected \[\[partitions\]\], one table per "
      r"partition, with two brackets$"),
+    (lambda t: t.replace("setup = []", "setup = []\ncpu_bind = \"mask_cpu:0x1\""),
+     r"unknown key environment\.cpu_bind \(.*; it belongs in \[\[partitions\]\]\)$"),
+    # What a node cannot hold: more CPUs than it has, a binding per GPU that is not one.
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 40\ncores_per_node = 64\n"
+                         "threads_per_core = 2"),
+     r"partitions\[0\]\.cpus_per_gpu is 40: 4 GPUs would take 160 CPUs, but a node has 128 "
+     r"\(cores_per_node 64 x threads_per_core 2\)$"),
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 8\ncpu_bind = "
+                         "\"mask_cpu:0xff,0xff00,0xff0000,0xff000000,0xff00000000\""),
+     r"partitions\[0\]\.cpu_bind has 5 mask entries, expected one per GPU: 4$"),
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 8\ncores_per_node = 32\n"
+                         "cpu_bind = \"map_cpu:0,8,16,40\""),
+     r"partitions\[0\]\.cpu_bind names CPU 40, but a node has CPUs 0 to 31$"),
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 8\ncpu_bind = \"mask_cpu:0xff,0x0,0xg,0x1\""),
+     r"partitions\[0\]\.cpu_bind has an entry that is not a hexadecimal mask"),
+    (lambda t: t.replace("ask_memory = false", 'ask_memory = false\ngpu_option = "gpus"'),
+     r"cluster\.gpu_option is 'gpus', expected one of 'gpus-per-node', 'gres'$"),
+    (lambda t: t.replace("setup = []", 'setup = []\nvariables = { "NCCL-X" = "1" }'),
+     r"environment\.variables has 'NCCL-X', expected a shell variable name"),
+    (lambda t: t.replace("setup = []", "setup = []\nvariables = { NCCL_X = 1 }"),
+     r"environment\.variables must be a table of strings"),
 ])
 def test_a_bad_profile_is_one_line_naming_file_key_and_expectation(tmp_path, change, expected):
     path = write(tmp_path, change(GOOD))
@@ -189,7 +210,8 @@ def test_the_hardware_script_asks_for_the_partitions_type_and_feature_where_it_h
     assert "#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-node=8         # or: --gres=gpu:8\n" in amd
     assert "--constraint" not in amd  # its nodes have no features
     twin = render("two_partitions")
-    assert "#SBATCH --mem-per-gpu=60G" in twin and "--mem=" not in twin  # they exclude
+    assert "#SBATCH --mem-per-gpu=62500M" in twin and "--mem=" not in twin  # they exclude
+    assert "#SBATCH --mem-per-gpu=120G        # host memory for each GPU" in h100
     # The default partition has a type its other jobs do not name.
     default = profile.load(ROOT / "profiles" / "default.toml")
     assert default.partition.gpu_request() == "4"
@@ -215,7 +237,8 @@ def test_the_keys_and_a_rendered_job_script_print_without_building_the_site():
                           capture_output=True, text=True, check=True, timeout=60).stdout
     for _, table in profile.TABLES:
         for key in table:
-            assert re.search(rf"(?m)^  {key} \((a string|an integer|true or false|a list), ", keys)
+            assert re.search(rf"(?m)^  {key} \((a string|an integer|true or false|a list|"
+                             rf"a table), ", keys)
     assert "  gpus_per_node (an integer, required): " in keys
     rendered = subprocess.run(
         [sys.executable, "-m", "harness.profile", "profiles/h100.toml", "--render",
@@ -224,3 +247,159 @@ def test_the_keys_and_a_rendered_job_script_print_without_building_the_site():
     assert rendered == profile.render_file(ROOT / "snippets/quickstart/one_node.sbatch",
                                            profile.load(ROOT / "profiles/h100.toml"))
     assert "#SBATCH --partition=gpu_h100" in rendered
+
+
+#: A profile with the keys the shipped ones leave out: GPUs asked for with --gres, the
+#: node's cores and threads, a binding per GPU and variables every job exports.
+FULL = GOOD.replace('ask_memory = false', 'ask_memory = false\ngpu_option = "gres"').replace(
+    "cpus_per_gpu = 8", "cpus_per_gpu = 8\ncores_per_node = 32\nthreads_per_core = 2\n"
+    'cpu_bind = "map_cpu:0,8,16,24"').replace(
+    "setup = []", 'setup = ["module load pytorch/2.13"]\n'
+    'variables = { NCCL_NET_GDR_LEVEL = "3", MIOPEN_USER_DB_PATH = "/tmp/$USER-miopen" }')
+
+
+def test_a_gres_cluster_asks_for_gpus_with_gres_and_names_the_other_spelling(tmp_path):
+    full = profile.load(write(tmp_path, FULL))
+    anatomy = profile.render_file(SNIPPETS / "slurm" / "anatomy.sbatch", full)
+    assert ("#SBATCH --gres=gpu:4            # GPUs per node (on some clusters: "
+            "--gpus-per-node=4)\n") in anatomy
+    assert "--gpus-per-node=4 " not in anatomy
+    hardware = profile.render_file(SNIPPETS / "slurm" / "hardware.sbatch", full)
+    assert "#SBATCH --gres=gpu:a100:4         # or: --gpus-per-node=a100:4\n" in hardware
+    one_node = profile.render_file(SNIPPETS / "quickstart" / "one_node.sbatch", full)
+    assert "#SBATCH --gres=gpu:4\n" in one_node
+
+
+def test_variables_follow_the_setup_and_binding_only_where_each_gpu_has_its_task(tmp_path):
+    """The masks or CPU lists are one per GPU: a script with one torchrun per node (one
+    task for every GPU of the node) or without GPUs gets none."""
+    full = profile.load(write(tmp_path, FULL))
+    exports = ("module load pytorch/2.13\nexport NCCL_NET_GDR_LEVEL=3\n"
+               "export MIOPEN_USER_DB_PATH=/tmp/$USER-miopen\n")
+    per_gpu = profile.render_file(SNIPPETS / "slurm" / "one_node.sbatch", full)
+    assert exports + "export SLURM_CPU_BIND=map_cpu:0,8,16,24 " in per_gpu
+    for name in ("slurm/one_node_torchrun.sbatch", "quickstart/two_nodes.sbatch"):
+        text = profile.render_file(SNIPPETS / name, full)
+        assert "SLURM_CPU_BIND" not in text, name
+        assert "export NCCL_NET_GDR_LEVEL=3\n" in text, name
+    amd = profile.load(ROOT / "profiles" / "amd.toml")
+    assert "SLURM_CPU_BIND" in profile.render_file(SNIPPETS / "slurm/multi_node.sbatch", amd)
+    assert "SLURM_CPU_BIND" not in profile.render_file(
+        SNIPPETS / "slurm/multi_node_torchrun.sbatch", amd)
+
+
+# --- Comments follow the profile ------------------------------------------------------------
+
+_COMMENT = re.compile(r"^#(?![!<>]|SBATCH)(.*)$|^#SBATCH[^#]*#(.*)$|^[^#\n]*\s#\s(.*)$", re.M)
+
+
+def comments(text: str) -> str:
+    """Every comment of a job script, the ``#SBATCH`` lines' included, one per line."""
+    return "\n".join(next(g for g in m.groups() if g is not None) for m in _COMMENT.finditer(text))
+
+
+def contradictions(text: str, centre: profile.Profile) -> list[str]:
+    """What the comments of a rendered job script say that its lines or the profile make
+    false: a GPU count it does not ask for, memory it does not ask for, a partition or
+    account it already names (or another partition), a virtual environment it does not
+    activate, module lines other than the profile's."""
+    found = []
+    said = comments(text)
+    option = r"--gpus-per-node=|--gres=gpu:"
+    gpus = re.search(rf"^#SBATCH (?:{option})(?:\w+:)?(\d+)", text, re.M)
+    nodes = int((re.search(r"^#SBATCH --nodes=(\d+)", text, re.M) or [0, 1])[1])
+    if gpus:
+        allowed = {1, int(gpus[1]), nodes * int(gpus[1])}  # no partition has fewer than 1
+        found += [f"{n} GPU" for n in re.findall(r"\b(\d+) GPUs?\b", said) if int(n) not in allowed]
+    memory = set(re.findall(r"^#SBATCH --mem(?:-per-gpu)?=(\S+)", text, re.M))
+    found += [f"{n}{u} of memory" for n, u in re.findall(r"\b(\d+) ?(GB|G)\b", said)
+              if f"{n}G" not in memory]
+    for key in ("partition", "account"):
+        if re.search(rf"^#SBATCH --{key}=", text, re.M) and re.search(rf"--{key}=\.\.\.", said):
+            found.append(f"a hint to add --{key}, which the script has")
+    names = {p.name for p in centre.partitions}
+    found += [f"partition {name}" for name in re.findall(r"--partition=(\w[\w.-]*)", said)
+              if name not in names]
+    if ".venv" in said and not re.search(r"^[^#\n]*\.venv/bin/activate", text, re.M):
+        found.append("a .venv the script does not activate")
+    if centre.setup:
+        found += [f"module line {line.strip()!r}" for line in re.findall(
+            r"module load [^\n]*", said) if line.strip() not in centre.setup]
+    return found
+
+
+#: Profiles the comments are checked against: the shipped ones and one with every key.
+def comment_profiles(tmp_path_factory):
+    return [profile.load(p) for p in PROFILES] + [
+        profile.load(write(tmp_path_factory.mktemp("full"), FULL))]
+
+
+@pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
+def test_no_comment_says_what_a_profile_makes_false(script, tmp_path_factory):
+    for centre in comment_profiles(tmp_path_factory):
+        text = profile.render_file(script, centre)
+        assert not contradictions(text, centre), (centre.path.name, contradictions(text, centre))
+
+
+def test_the_comment_check_finds_what_a_profile_would_make_false():
+    """The old comments, under the AMD profile: each kind of contradiction is found."""
+    amd = profile.load(ROOT / "profiles" / "amd.toml")
+    text = profile.render(
+        "#!/bin/bash\n# Train on 2 nodes with 4 GPUs each, 60 GB per GPU.\n"
+        "# Put train.py and your virtual environment .venv in one folder.\n"
+        "#>cluster gpus=node tasks=1\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=4\n"
+        "#SBATCH --mem=8G\n#<cluster\n"
+        "# Your cluster may need: #SBATCH --partition=... and #SBATCH --account=...\n"
+        "#>environment\nsource .venv/bin/activate  # or module load python/3.11\n"
+        "#<environment\n# or --partition=gpu\n", amd)
+    assert contradictions(text, amd) == [
+        "4 GPU", "60GB of memory", "a hint to add --partition, which the script has",
+        "a hint to add --account, which the script has", "partition gpu",
+        "a .venv the script does not activate"]
+
+
+# --- The container ------------------------------------------------------------------------
+
+CONTAINED = GOOD.replace("setup = []", 'setup = []\ncontainer_image = "/images/pytorch.sif"\n'
+                         'container_exec = "apptainer exec --bind /scratch"')
+#: A word that names a program that runs PyTorch, and what may come before it on a line
+#: without being a command: echo's text, `command -v`, a comment.
+PROGRAM = re.compile(r"(?<![\w./-])(python3?|torchrun|accelerate|deepspeed)\b(?![.\w-])")
+NOT_A_COMMAND = re.compile(r'^\s*echo |command -v $|#')
+
+
+WRAP = "apptainer exec --bind /scratch $CONTAINER "
+
+
+def programs(text: str) -> list[tuple[str, bool]]:
+    """Each start of a program that runs PyTorch in a job script: (its line, whether the
+    container command starts it)."""
+    found = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        for m in PROGRAM.finditer(line):
+            before = line[:m.start()]
+            if not NOT_A_COMMAND.search(before):
+                found.append((line, before.endswith(WRAP)))
+    return found
+
+
+@pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
+def test_every_program_that_runs_pytorch_runs_in_the_container(script, tmp_path):
+    """Each line of the rendered script that starts python, torchrun, accelerate or
+    deepspeed starts it through the container command, once; the image is exported
+    before the first of them."""
+    text = profile.render_file(script, profile.load(write(tmp_path, CONTAINED)))
+    started = programs(text)
+    assert all(inside for _, inside in started), [line for line, inside in started if not inside]
+    assert text.count(WRAP) == len(started)
+    if started:
+        assert text.index("export CONTAINER=/images/pytorch.sif ") < text.index(WRAP)
+
+
+def test_the_container_check_finds_a_program_started_outside_it():
+    text = profile.render_file(SNIPPETS / "ddp" / "mpirun.sbatch",
+                               profile.load(ROOT / "profiles" / "default.toml"))
+    assert programs(text) == [("    -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS "
+                               "python train.py --batch-size 16", False)]

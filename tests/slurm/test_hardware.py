@@ -46,7 +46,7 @@ def seen(stdout: str) -> tuple[str, int, str, int, str]:
 def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_for(
         cluster, monkeypatch):
     """The default profile: 4 a100 GPUs on a whole ib node, 60 GB per GPU (the page's
-    output); another profile: its type (if any) and last feature (if any). On a GPU
+    output); another profile: its type (if any), last feature (if any) and memory per GPU. On a GPU
     cluster, the script with that cluster's GPU type and one of its node's features (when
     the node has them), on one node, with as many GPUs as the tests' job has, 8 GB each."""
     cluster.use(monkeypatch)  # node_offers asks the cluster's scontrol
@@ -57,20 +57,20 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
     assert job_end(job)["state"] == "COMPLETED"
     node, gpus, visible, cpus, mem = seen(job.stdout)
     assert gpus == cluster.gpus_per_node and len(visible.split(",")) == gpus
-    assert mem == str(cluster.pick(60, 8) * 1024)  # MB per GPU
+    assert mem == str(cluster.pick(PART.mem_per_gpu_mb, 8 * 1024))  # MB per GPU
     if cluster.real:
         return  # the rest is the local cluster's: its nodes, their cores, features and type
     got = recorded(job.stdout)
     assert got["TresPerNode"] == f"gres:gpu:{PART.gpu_request(typed=True)}"  # type and count
     assert got["Features"] == (PART.features[-1] if PART.features else "(null)")
-    assert got["MemPerTres"] == f"gres:gpu:{60 * 1024}"  # MB per GPU
+    assert got["MemPerTres"] == f"gres:gpu:{PART.mem_per_gpu_mb}"  # MB per GPU
     node_cpus = GPUS * PART.cpus_per_gpu
     assert got["NumCPUs"] == str(node_cpus)  # --exclusive: every core of the node
     assert got["ActiveFeatures"].split(",") == (list(PART.features) or ["(null)"])
     assert got["Gres"] == f"gpu:{LOCAL_TYPE}:{GPUS}"
     assert node in ("node1", "node2")
     assert (gpus, visible, cpus, mem) == (
-        GPUS, ",".join(map(str, range(GPUS))), node_cpus, str(60 * 1024))
+        GPUS, ",".join(map(str, range(GPUS))), node_cpus, str(PART.mem_per_gpu_mb))
 
 
 @pytest.mark.slurm

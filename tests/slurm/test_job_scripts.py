@@ -84,8 +84,9 @@ def test_slurm_would_start_every_job_script_as_the_page_shows_it(path, tmp_path)
 @pytest.mark.slurm
 def test_a_job_that_no_node_can_hold_is_refused(tmp_path):
     """The check above can fail: one GPU more per node than the nodes have."""
-    part = centre.load().partition
-    asked, more = (f"--gpus-per-node={part.gpu_request(n)}\n"
+    profile = centre.load()
+    part = profile.partition
+    asked, more = (f"{profile.ask_gpus(part.gpu_request(n))}\n"
                    for n in (part.gpus_per_node, part.gpus_per_node + 1))
     text = centre.render_file(SNIPPETS / "slurm/one_node.sbatch")
     assert asked in text
