@@ -131,6 +131,16 @@ class Profile:
     def gpus_per_node(self) -> int:
         return self.partition.gpus_per_node
 
+    def partition_named(self, name: str | None) -> Partition:
+        """The partition called ``name`` (None: the first)."""
+        if name is None:
+            return self.partition
+        for part in self.partitions:
+            if part.name == name:
+                return part
+        raise ProfileError(f"{self.path}: no partition {name!r} (the profile has "
+                           f"{', '.join(p.name for p in self.partitions)})")
+
     @property
     def is_default(self) -> bool:
         return self.path.resolve() == DEFAULT.resolve()
@@ -287,7 +297,7 @@ def load(path: str | Path | None = None) -> Profile:
                                f"expected one of {', '.join(map(repr, allowed))}")
     if not data.get("partitions"):
         raise ProfileError(f"{where}: missing partition: expected at least one [[partitions]] "
-                           f"table (the first is the one job scripts use)")
+                           f"table (the first is the one the pages show first)")
     partitions = []
     for i, table in enumerate(data["partitions"]):
         prefix = f"partitions[{i}]."
@@ -391,13 +401,13 @@ def _set_value(line: str, value: str) -> str:
 _HINT = re.compile(r"^# Your cluster may also need\b")
 
 
-def _cluster_block(lines: list[str], args: str, profile: Profile, where: str) -> list[str]:
+def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partition,
+                   where: str) -> list[str]:
     attrs = dict(re.findall(r"(\w+)=(\S+)", args))
     unknown = set(attrs) - {"gpus", "tasks"}
     if unknown or "gpus" not in attrs:
         raise ProfileError(f"{where}: marker '#>cluster{args}': expected "
                            f"'#>cluster gpus=node|N|0 tasks=gpu|N'")
-    part = profile.partition
     gpus = part.gpus_per_node if attrs["gpus"] == "node" else int(attrs["gpus"])
     tasks = attrs.get("tasks", "")
     tasks_per_node = gpus if tasks == "gpu" else int(tasks) if tasks.isdigit() else 0
@@ -459,7 +469,8 @@ def _gpu_option(line: str, profile: Profile) -> str:
     return head + " " * max(1, column - len(head)) + comment
 
 
-def _environment_block(lines: list[str], profile: Profile, tasks: str) -> list[str]:
+def _environment_block(lines: list[str], profile: Profile, part: Partition,
+                       tasks: str) -> list[str]:
     out = list(profile.setup) if profile.setup else list(lines)
     if profile.container_image:
         out.append(_CONTAINER_LINE.format(profile.container_image))
@@ -467,8 +478,8 @@ def _environment_block(lines: list[str], profile: Profile, tasks: str) -> list[s
     if profile.nccl_socket_ifname:
         out.append(f"export NCCL_SOCKET_IFNAME={profile.nccl_socket_ifname}"
                    "  # the network NCCL/RCCL use between nodes")
-    if profile.partition.cpu_bind and tasks == "gpu":  # one CPU list per GPU's task
-        out.append(f"export SLURM_CPU_BIND={profile.partition.cpu_bind}"
+    if part.cpu_bind and tasks == "gpu":  # one CPU list per GPU's task
+        out.append(f"export SLURM_CPU_BIND={part.cpu_bind}"
                    "  # srun binds each task to these cores")
     if out and not lines:
         out.append("")  # set apart from the script's own lines
@@ -505,9 +516,12 @@ def _in_container(text: str, profile: Profile) -> str:
     return text
 
 
-def render(text: str, profile: Profile | None = None, where: str = "job script") -> str:
-    """The job script ``text`` for ``profile``, without its marker lines."""
+def render(text: str, profile: Profile | None = None, where: str = "job script",
+           partition: str | None = None) -> str:
+    """The job script ``text`` for ``profile``'s ``partition`` (None: its first, the one
+    the pages show first and the tests submit to), without its marker lines."""
     profile = profile or load()
+    part = profile.partition_named(partition)
     if not has_markers(text):
         raise ProfileError(f"{where}: no '#>cluster' marker: a job script marks its cluster "
                            f"lines (CONTRIBUTING.md, 'Add a page, a snippet and its test')")
@@ -524,10 +538,10 @@ def render(text: str, profile: Profile | None = None, where: str = "job script")
             if block is None or end[1] != kind:
                 raise ProfileError(f"{where}:{number}: '#<{end[1]}' without its '#>{end[1]}'")
             if kind == "cluster":
-                out += _cluster_block(block, args, profile, where)
+                out += _cluster_block(block, args, profile, part, where)
                 tasks = dict(re.findall(r"(\w+)=(\S+)", args)).get("tasks", "")
             else:
-                out += _environment_block(block, profile, tasks)
+                out += _environment_block(block, profile, part, tasks)
             block = None
         elif block is not None:
             block.append(line)
@@ -539,9 +553,10 @@ def render(text: str, profile: Profile | None = None, where: str = "job script")
     return _in_container(text, profile) if profile.container_exec else text
 
 
-def render_file(path: str | Path, profile: Profile | None = None) -> str:
+def render_file(path: str | Path, profile: Profile | None = None,
+                partition: str | None = None) -> str:
     path = Path(path)
-    return render(path.read_text(), profile, where=str(path))
+    return render(path.read_text(), profile, where=str(path), partition=partition)
 
 
 def needs_rendering(path: str | Path) -> bool:
@@ -584,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", action="store_true", help="print every key and its meaning")
     parser.add_argument("--render", metavar="JOB", help="print this job script as the "
                         "profile renders it")
+    parser.add_argument("--partition", help="with --render: for this partition (default: "
+                        "the first)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.keys:
         print(keys_text(), end="")
@@ -594,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
             job = Path(args.render)
             if not job.exists():
                 job = ROOT / "snippets" / args.render
-            print(render_file(job, p), end="")
+            print(render_file(job, p, args.partition), end="")
             return 0
     except (ProfileError, OSError) as error:
         print(error, file=sys.stderr)

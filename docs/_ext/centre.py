@@ -41,8 +41,11 @@ class CentreSummary(Directive):
             lines.append(f"| `{part.name}`{' (default)' if part.default else ''} | "
                          f"{part.gpus_per_node} | {part.cpus_per_gpu} | {part.mem_per_gpu} | "
                          f"{ask} | {part.description} |")
-        lines += ["", f"The GPUs are {vendor}. The job scripts of this guide use the "
-                  f"`{p.partition.name}` partition."]
+        lines += ["", f"The GPUs are {vendor}. " + (
+            f"The job scripts of this guide use the `{p.partition.name}` partition."
+            if len(p.partitions) == 1 else
+            f"Each job script of this guide is shown for every partition, one tab each, "
+            f"`{p.partition.name}` first.")]
         rules = []
         if p.account_required:
             rules.append(f"Every job names the project that pays for it: "

@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 from docutils import nodes
+from docutils.statemachine import StringList
 from sphinx import addnodes
 from sphinx.directives.code import LiteralInclude, container_wrapper
 from sphinx.util import logging
@@ -64,6 +65,10 @@ def rendered_dir(env) -> Path:
     return Path(env.doctreedir) / "rendered"
 
 
+#: Under rendered/, the job scripts of each partition but the first, a folder each.
+PARTITIONS = "partitions"
+
+
 def _profile_module():
     root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
@@ -72,13 +77,20 @@ def _profile_module():
     return profile
 
 
-def _rendered_target(env, path: str) -> str:
-    """Render job script ``path`` for the build's profile; its target for Sphinx."""
+def _centre(env):
+    profile = _profile_module()
+    return profile.load(env.config.centre or None)
+
+
+def _rendered_target(env, path: str, partition: str | None = None) -> str:
+    """Render job script ``path`` for the build's profile (for ``partition``, else its
+    first); its target for Sphinx."""
     profile = _profile_module()
     original = snippets_dir(env) / path
-    copy = rendered_dir(env) / path
+    first = partition in (None, _centre(env).partition.name)
+    copy = rendered_dir(env) / (path if first else f"{PARTITIONS}/{partition}/{path}")
     copy.parent.mkdir(parents=True, exist_ok=True)
-    text = profile.render_file(original, profile.load(env.config.centre or None))
+    text = profile.render_file(original, _centre(env), partition)
     if not copy.exists() or copy.read_text() != text:
         copy.write_text(text)
     env.note_dependency(str(original))
@@ -95,9 +107,12 @@ def _versions(env) -> dict:
 
 
 class Snippet(LiteralInclude):
-    """Include a snippet with its file name as caption and a download link."""
+    """Include a snippet with its file name as caption and a download link. A job script,
+    for a profile with several GPU partitions, is one tab per partition, the first
+    partition's first (``:partition:`` shows one)."""
 
     download = True
+    option_spec = {**LiteralInclude.option_spec, "partition": lambda value: value.strip()}
 
     def run(self):
         env = self.state.document.settings.env
@@ -105,7 +120,10 @@ class Snippet(LiteralInclude):
         if Path(path).suffix == ".ipynb":
             return self.notebook(env, path)
         if _profile_module().needs_rendering(path):
-            self.arguments[0] = _rendered_target(env, path)
+            partitions = _centre(env).partitions
+            if self.download and "partition" not in self.options and len(partitions) > 1:
+                return self.partition_tabs(path, partitions)
+            self.arguments[0] = _rendered_target(env, path, self.options.get("partition"))
         else:
             self.arguments[0] = _target(env, path)
         self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
@@ -115,6 +133,19 @@ class Snippet(LiteralInclude):
             result.append(self.download_link(env, path, self.arguments[0]))
             result.extend(self.tested_with(env, path))
         return result
+
+    def partition_tabs(self, path: str, partitions) -> list:
+        """The job script once per partition, in tabs named after them."""
+        options = [f":{key}:" + ("" if value is None else f" {json.dumps(str(value))}")
+                   for key, value in self.options.items()]
+        lines = ["`````{tab-set}"]
+        for part in partitions:
+            lines += [f"````{{tab-item}} {part.name}", f"```{{{self.name}}} {path}",
+                      f":partition: {part.name}", *options, "```", "````"]
+        lines.append("`````")
+        node = nodes.container()
+        self.state.nested_parse(StringList(lines, "partition tabs"), self.content_offset, node)
+        return node.children
 
     def notebook(self, env, path):
         """The notebook's code cells as IPython blocks, and its download link."""
@@ -322,7 +353,8 @@ def check_coverage(app, env):
     for name in env.dlfiles:
         path = (src / name).resolve()
         if path.is_relative_to(rendered):  # a job script, as the profile renders it
-            path = root / path.relative_to(rendered)
+            rel = path.relative_to(rendered)
+            path = root / (Path(*rel.parts[2:]) if rel.parts[0] == PARTITIONS else rel)
         downloadable.add(path)
     for path in sorted(root.rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts or path.name.startswith("."):

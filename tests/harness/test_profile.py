@@ -154,13 +154,20 @@ def test_the_default_profile_shows_each_job_script_as_it_is(script):
 
 @pytest.mark.parametrize("centre", PROFILES, ids=lambda p: p.stem)
 @pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
-def test_every_profile_renders_every_job_script(script, centre):
-    """No marker survives, the profile's partition is asked for (or is the default)."""
+def test_every_profile_renders_every_job_script_for_each_partition(script, centre):
+    """No marker survives, the partition is asked for (or is the default), and a script
+    that takes every GPU of a node asks for that partition's."""
     p = profile.load(centre)
-    text = profile.render_file(script, p)
-    assert not re.search(r"^#[<>]", text, re.M)
-    if not p.partition.default:
-        assert re.search(rf"^#SBATCH --partition={p.partition.name}\b", text, re.M)
+    for part in p.partitions:
+        text = profile.render_file(script, p, part.name)
+        assert not re.search(r"^#[<>]", text, re.M)
+        asks = re.search(rf"^#SBATCH --partition={part.name}(\s|$)", text, re.M)
+        assert bool(asks) != (part.default and not re.search(
+            r"^#SBATCH --partition=", script.read_text(), re.M))
+        if "#>cluster gpus=node" in script.read_text():
+            asked = re.search(r"^#SBATCH (?:--gpus-per-node=|--gres=gpu:)(?:\w+:)?(\d+)", text, re.M)
+            assert int(asked[1]) == part.gpus_per_node, (part.name, asked[0])
+    assert profile.render_file(script, p) == profile.render_file(script, p, p.partition.name)
 
 
 def test_the_h100_profile_changes_the_lines_it_owns():

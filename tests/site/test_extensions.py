@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 CONF = 'extensions = ["myst_parser", "lesson", "snippets"]\nsnippets_dir = "../snippets"\n'
 
 
-def build(tmp_path: Path, pages: dict[str, str], snippets: dict[str, str]):
+def build(tmp_path: Path, pages: dict[str, str], snippets: dict[str, str], conf: str = CONF):
     src, out = tmp_path / "docs", tmp_path / "out"
-    for name, text in {"conf.py": CONF, **pages}.items():
+    for name, text in {"conf.py": conf, **pages}.items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_text(text)
     for name, text in snippets.items():
@@ -193,3 +193,29 @@ def test_a_page_whose_scripts_share_no_release_gives_their_span_by_script():
     assert snippets._page_range(ranges) == "PyTorch 2.4.1 to 2.13.0, by script"
     assert snippets._page_range({"a.py": ("2.4.1", "2.13.0"), "b.py": ("2.8.0", "2.15.0")}) \
         == "PyTorch 2.8.0 to 2.13.0"
+
+
+JOB = ("#!/bin/bash\n#SBATCH --job-name=job\n#>cluster gpus=node tasks=gpu\n#SBATCH --nodes=1\n"
+       "#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=4\n#<cluster\nsrun hostname\n")
+
+
+def test_a_job_script_is_shown_once_per_partition_of_the_profile(tmp_path):
+    """For a profile with two GPU partitions, a tab each, the first partition's first,
+    each with the script as the profile renders it for that partition and its download;
+    for the default profile, one script."""
+    profile = ROOT / "profiles" / "two_partitions.toml"
+    page = "# Jobs\n\n```{snippet} ch/job.sbatch\n:start-after: \"--job-name\"\n```\n"
+    conf = (CONF.replace('"snippets"]', '"snippets", "sphinx_design"]')
+            + f"centre = {str(profile)!r}\n")
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "jobs"), "jobs.md": page},
+                          {"ch/job.sbatch": JOB}, conf)
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    html = (out / "jobs.html").read_text()
+    labels = re.findall(r'<label[^>]*class="sd-tab-label"[^>]*>\s*(\S+)\s*</label>', html)
+    assert labels == ["ml", "gpu2"]
+    text = re.sub(r"<[^>]+>", "", html)
+    assert text.index("--gpus-per-node=a100:4") < text.index("--gpus-per-node=v100:2")
+    assert "--partition=gpu2" in text and "--partition=ml" not in text  # ml is the default
+    assert "#!/bin/bash" not in text  # the options reach each tab's script
+    downloads = sorted(p.read_text() for p in out.glob("_downloads/*/job.sbatch"))
+    assert len(downloads) == 2 and "--partition=gpu2" in downloads[0] + downloads[1]
