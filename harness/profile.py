@@ -69,6 +69,12 @@ class Partition:
     cpu_bind: str = ""
 
     @property
+    def key(self) -> str:
+        """What names the partition among a profile's: its name, and its GPU type where
+        one Slurm partition has nodes of several (``alvis:A40``)."""
+        return f"{self.name}:{self.gpu_type}" if self.gpu_type else self.name
+
+    @property
     def mem_per_gpu_mb(self) -> int:
         return round(_megabytes(self.mem_per_gpu))
 
@@ -132,14 +138,21 @@ class Profile:
         return self.partition.gpus_per_node
 
     def partition_named(self, name: str | None) -> Partition:
-        """The partition called ``name`` (None: the first)."""
+        """The partition called ``name``, or ``name:type`` where one name has several GPU
+        types (None: the first)."""
         if name is None:
             return self.partition
-        for part in self.partitions:
-            if part.name == name:
-                return part
+        found = [p for p in self.partitions if name in (p.name, p.key)]
+        if len(found) == 1:
+            return found[0]
         raise ProfileError(f"{self.path}: no partition {name!r} (the profile has "
-                           f"{', '.join(p.name for p in self.partitions)})")
+                           f"{', '.join(self.label(p) for p in self.partitions)})")
+
+    def label(self, part: Partition) -> str:
+        """How readers tell the partition from the profile's others: its name, with its
+        GPU type where another partition has the same name."""
+        shared = sum(p.name == part.name for p in self.partitions) > 1
+        return part.key if shared else part.name
 
     @property
     def is_default(self) -> bool:
@@ -321,10 +334,11 @@ def load(path: str | Path | None = None) -> Profile:
         partition = Partition(**part | {"features": tuple(part["features"])})
         _check_node(where, prefix, partition)
         partitions.append(partition)
-    names = [p.name for p in partitions]
-    if len(set(names)) != len(names):
-        raise ProfileError(f"{where}: partitions: a partition name appears twice in {names}")
-    if sum(p.default for p in partitions) > 1:
+    keys = [p.key for p in partitions]
+    if len(set(keys)) != len(keys):
+        raise ProfileError(f"{where}: partitions: a partition name appears twice in {keys} "
+                           f"(one name twice needs a different gpu_type each)")
+    if len({p.name for p in partitions if p.default}) > 1:
         raise ProfileError(f"{where}: partitions: more than one has default = true")
     env = _check_table(where, data.get("environment", {}), ENVIRONMENT_KEYS, "environment.")
     bad = [name for name in env["variables"] if not _VARIABLE.fullmatch(name)]

@@ -281,15 +281,17 @@ if ((i > $#)); then
     echo "{name} (stand-in): the image \\$CONTAINER ($CONTAINER) is not among: $*" >&2
     exit 97
 fi
-echo "${{SLURMD_NODENAME:-?}} ${{SLURM_PROCID:-?}} ${{0##*/}} ${{*:1:i-1}} IMAGE ${{*:i+1}}" >> {log}
+echo "${{SLURMD_NODENAME:-?}} ${{SLURM_PROCID:-?}} ${{SLURM_CPUS_PER_TASK:-?}}" \\
+     "${{OMP_NUM_THREADS:-?}} ${{0##*/}} ${{*:1:i-1}} IMAGE ${{*:i+1}}" >> {log}
 exec "${{@:i+1}}"
 """
 
 
 def container_env(profile: centre.Profile, folder: Path, path: str) -> dict[str, str]:
     """The environment in which a job's container command works: a stand-in for it,
-    first on the PATH, that writes to ``folder/container.log`` what it runs and where
-    (:data:`CONTAINER_LOG`) and runs it on the node itself. {} for a profile without a
+    first on the PATH, that writes to ``folder/container.log`` (:data:`CONTAINER_LOG`)
+    where it ran (node, task), with how many cores and threads (``SLURM_CPUS_PER_TASK``,
+    ``OMP_NUM_THREADS``), and what, and runs it on the node itself. {} for a profile without a
     container."""
     if not profile.container_exec:
         return {}

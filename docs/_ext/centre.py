@@ -38,7 +38,7 @@ class CentreSummary(Directive):
             ask = f"`{p.ask_gpus(part.gpu_request())}`"
             if not part.default:
                 ask = f"`--partition={part.name}` {ask}"
-            lines.append(f"| `{part.name}`{' (default)' if part.default else ''} | "
+            lines.append(f"| `{p.label(part)}`{' (default)' if part.default else ''} | "
                          f"{part.gpus_per_node} | {part.cpus_per_gpu} | {part.mem_per_gpu} | "
                          f"{ask} | {part.description} |")
         lines += ["", f"The GPUs are {vendor}. " + (
@@ -77,6 +77,11 @@ class CentreSummary(Directive):
             lines += ["", f"Between nodes, NCCL{' (RCCL)' if p.gpu_vendor == 'amd' else ''}"
                       f" must use the network interfaces `{p.nccl_socket_ifname}`: the job "
                       f"scripts export `NCCL_SOCKET_IFNAME`."]
+        if p.container_exec:
+            lines += ["", f"PyTorch runs inside the container image `{p.container_image}`. "
+                      f"Each `python`, `torchrun`, `accelerate` and `deepspeed` command of the "
+                      f"job scripts starts through `{p.container_exec}`, with the image "
+                      f"exported as `CONTAINER`."]
         if p.variables:
             lines += ["", "Every job script exports these variables after those lines:", "",
                       "```bash", *(f"export {k}={v}" for k, v in p.variables), "```"]

@@ -87,10 +87,12 @@ def _rendered_target(env, path: str, partition: str | None = None) -> str:
     first); its target for Sphinx."""
     profile = _profile_module()
     original = snippets_dir(env) / path
-    first = partition in (None, _centre(env).partition.name)
-    copy = rendered_dir(env) / (path if first else f"{PARTITIONS}/{partition}/{path}")
+    centre = _centre(env)
+    first = partition is None or centre.partition_named(partition) == centre.partition
+    folder = (partition or "").replace(":", "-")
+    copy = rendered_dir(env) / (path if first else f"{PARTITIONS}/{folder}/{path}")
     copy.parent.mkdir(parents=True, exist_ok=True)
-    text = profile.render_file(original, _centre(env), partition)
+    text = profile.render_file(original, centre, partition)
     if not copy.exists() or copy.read_text() != text:
         copy.write_text(text)
     env.note_dependency(str(original))
@@ -120,9 +122,9 @@ class Snippet(LiteralInclude):
         if Path(path).suffix == ".ipynb":
             return self.notebook(env, path)
         if _profile_module().needs_rendering(path):
-            partitions = _centre(env).partitions
-            if self.download and "partition" not in self.options and len(partitions) > 1:
-                return self.partition_tabs(path, partitions)
+            centre = _centre(env)
+            if self.download and "partition" not in self.options and len(centre.partitions) > 1:
+                return self.partition_tabs(path, centre)
             self.arguments[0] = _rendered_target(env, path, self.options.get("partition"))
         else:
             self.arguments[0] = _target(env, path)
@@ -134,14 +136,15 @@ class Snippet(LiteralInclude):
             result.extend(self.tested_with(env, path))
         return result
 
-    def partition_tabs(self, path: str, partitions) -> list:
+    def partition_tabs(self, path: str, centre) -> list:
         """The job script once per partition, in tabs named after them."""
         options = [f":{key}:" + ("" if value is None else f" {json.dumps(str(value))}")
                    for key, value in self.options.items()]
         lines = ["`````{tab-set}"]
-        for part in partitions:
-            lines += [f"````{{tab-item}} {part.name}", f"```{{{self.name}}} {path}",
-                      f":partition: {part.name}", *options, "```", "````"]
+        for part in centre.partitions:
+            label = centre.label(part)
+            lines += [f"````{{tab-item}} {label}", f"```{{{self.name}}} {path}",
+                      f":partition: {label}", *options, "```", "````"]
         lines.append("`````")
         node = nodes.container()
         self.state.nested_parse(StringList(lines, "partition tabs"), self.content_offset, node)

@@ -7,6 +7,7 @@ marker lines; other profiles change exactly the lines they own.
 
 import re
 import subprocess
+import tomllib
 import sys
 from pathlib import Path
 
@@ -159,7 +160,7 @@ def test_every_profile_renders_every_job_script_for_each_partition(script, centr
     that takes every GPU of a node asks for that partition's."""
     p = profile.load(centre)
     for part in p.partitions:
-        text = profile.render_file(script, p, part.name)
+        text = profile.render_file(script, p, p.label(part))
         assert not re.search(r"^#[<>]", text, re.M)
         asks = re.search(rf"^#SBATCH --partition={part.name}(\s|$)", text, re.M)
         assert bool(asks) != (part.default and not re.search(
@@ -167,7 +168,7 @@ def test_every_profile_renders_every_job_script_for_each_partition(script, centr
         if "#>cluster gpus=node" in script.read_text():
             asked = re.search(r"^#SBATCH (?:--gpus-per-node=|--gres=gpu:)(?:\w+:)?(\d+)", text, re.M)
             assert int(asked[1]) == part.gpus_per_node, (part.name, asked[0])
-    assert profile.render_file(script, p) == profile.render_file(script, p, p.partition.name)
+    assert profile.render_file(script, p) == profile.render_file(script, p, p.label(p.partition))
 
 
 def test_the_h100_profile_changes_the_lines_it_owns():
@@ -410,3 +411,30 @@ def test_the_container_check_finds_a_program_started_outside_it():
                                profile.load(ROOT / "profiles" / "default.toml"))
     assert programs(text) == [("    -x MASTER_ADDR -x MASTER_PORT -x OMP_NUM_THREADS "
                                "python train.py --batch-size 16", False)]
+
+
+# --- Real centres ----------------------------------------------------------------------------
+
+#: For four centres, the lines of a job script their documentation shows, and the line of
+#: the rendered quick start that does the same (tests/harness/centres/*.toml).
+CENTRES = sorted((ROOT / "tests" / "harness" / "centres").glob("*.toml"))
+
+
+def missing_lines(fixture: Path, centre: profile.Profile) -> list[str]:
+    """The documented lines whose counterpart the rendered script lacks."""
+    wanted = tomllib.loads(fixture.read_text())
+    text = profile.render_file(SNIPPETS / wanted["script"], centre)
+    return [documented for documented, line in wanted["lines"]
+            if not re.search(rf"(?m)^{line}$", text)]
+
+
+@pytest.mark.parametrize("fixture", CENTRES, ids=lambda p: p.stem)
+def test_a_centres_profile_renders_the_lines_its_documentation_shows(fixture):
+    """Its quick start has each request, module and launch line of the centre's own
+    example; the default profile's lacks some, so the comparison can fail."""
+    assert not missing_lines(fixture, profile.load(ROOT / "profiles" / f"{fixture.stem}.toml"))
+    assert missing_lines(fixture, profile.load(ROOT / "profiles" / "default.toml"))
+
+
+def test_four_real_centres_have_a_profile_and_their_documented_lines():
+    assert [p.stem for p in CENTRES] == ["alvis", "lumi-g", "snellius", "zih-alpha"]

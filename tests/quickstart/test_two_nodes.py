@@ -37,17 +37,21 @@ CONTAINER = {"container_image": "/images/pytorch.sif",
 def test_in_a_container_each_node_starts_its_torchrun_through_the_container_command(cluster):
     """The profile's container (or, for a profile without one, an example): the job
     script runs each node's torchrun through the container command, which a stand-in
-    notes before it runs it (harness/slurm.py), and the job trains as before."""
+    notes before it runs it (harness/slurm.py), with the cores of every GPU of the node
+    and a thread per core for each of its processes; the job trains as before."""
     profile = PROFILE if PROFILE.container_exec else dataclasses.replace(PROFILE, **CONTAINER)
     world_size = cluster.nodes * cluster.gpus_per_node
     job = submit_quickstart(cluster, "quickstart/two_nodes.sbatch", world_size,
                             sbatch_args=cluster.shape(tasks_per_gpu=False), profile=profile)
     assert_trained(job, world_size, cluster.backend)
-    ran = sorted((line.split(" ", 2) for line in
+    ran = sorted((line.split(" ", 4) for line in
                   (job.workdir / CONTAINER_LOG).read_text().splitlines()),
-                 key=lambda noted: int(noted[1]))  # node, task, what it ran
-    nodes = [node for node, _, _ in ran]
-    assert [task for _, task, _ in ran] == [str(n) for n in range(cluster.nodes)], ran
+                 key=lambda noted: int(noted[1]))  # node, task, cores, threads, command
+    nodes = [node for node, *_ in ran]
+    assert [task for _, task, *_ in ran] == [str(n) for n in range(cluster.nodes)], ran
     assert len(set(nodes)) == cluster.nodes and nodes == job_nodes(job)  # one per node
+    per_gpu = cluster.cpus_per_gpu
+    assert all((cores, threads) == (str(cluster.gpus_per_node * per_gpu), str(per_gpu))
+               for _, _, cores, threads, _ in ran), ran
     assert all(command.startswith(f"{profile.container_exec} IMAGE torchrun --nnodes=")
-               for _, _, command in ran), ran
+               for *_, command in ran), ran
