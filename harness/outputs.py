@@ -88,6 +88,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"[\d.]+ MiB", "<n> MiB", "resident memory depends on the allocator")],
     "model_parallel/pipeline_bubble.out": [
         (r"(?m)^(\S+ +\d+ +\S+ +)\d+\.\d%", r"\1<measured>", "idle share measured by a clock")],
+    "model_parallel/pipeline_interleaved.out": [
+        (r"(?m)^(\S+ +\d +\d+ +\S+ +)\d+\.\d%", r"\1<measured>", "idle share measured by a clock")],
     "performance/channels_last.out": [
         (r"\d+\.\d+x", "<ratio>", "ratio of two timings")],
     "performance/data_loading.out": [

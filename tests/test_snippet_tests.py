@@ -106,6 +106,7 @@ NO_ONE_GPU_CASE = {
     "model_parallel/hybrid_2d.py": "a 2 x 2 mesh: 4 processes",
     "model_parallel/naive.py": "one process on 2 GPUs; with one GPU it stays on the CPU",
     "model_parallel/pipeline_bubble.py": "idle time between stages: one stage per process",
+    "model_parallel/pipeline_interleaved.py": "idle time between 2 processes, 2 stages each",
     "model_parallel/pipeline_manual.py": "2 pipeline stages, one per process",
     "model_parallel/pipeline_traced.py": "2 pipeline stages, one per process",
     "performance/message_passing.py": "sends between pairs of ranks: an even number of them",
