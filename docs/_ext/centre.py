@@ -90,7 +90,8 @@ class CentreSummary(Directive):
                       "CPU cores closest to its GPU: it exports `SLURM_CPU_BIND`, which "
                       "`srun` reads as `--cpu-bind`. A script that starts one `torchrun` "
                       "per node has one task for all the node's GPUs, so it binds nothing: "
-                      "its processes share the cores of that task."]
+                      "its processes share the cores of that task ({doc}`../ddp/topology` "
+                      "shows how `torchrun` can bind each process itself)."]
         lines += ["", "## Where things go", "",
                   f"- Log in to `{p.login_host}`.",
                   f"- Large temporary data: `{p.scratch}`."]
