@@ -53,6 +53,8 @@ myst_substitutions = {
     # What a reader does with a job script before submitting it: on the example cluster,
     # adapt it; on a centre's, nothing (its profile wrote the lines).
     "job_software": (
+        f"The job loads the modules of {_centre.name} and runs PyTorch in its container "
+        "({doc}`slurm/your_cluster`)." if _centre.container_exec else
         f"The job sets up PyTorch with the module lines of {_centre.name} "
         "({doc}`slurm/environment` explains them)." if _centre.setup
         else "The job activates a virtual environment `.venv` in that folder, with PyTorch "
@@ -60,8 +62,10 @@ myst_substitutions = {
     "job_adapt": (
         "Add the {term}`partition` and account your cluster needs, and change "
         "`--gpus-per-node` and `--cpus-per-task` to your nodes." if _centre.is_default else
-        f"The {{term}}`partition`, account, GPUs and cores are those of {_centre.name} "
-        f"({{doc}}`slurm/your_cluster`)."),
+        f"The {{term}}`partition`, GPUs and cores are those of {_centre.name} "
+        f"({{doc}}`slurm/your_cluster`)."
+        + (f" Replace the account, `{_centre.account}`, with your project's."
+           if _centre.account_required else "")),
 }
 # The hardware page's script asks for the partition's GPU type and last feature, where
 # it has them (harness/profile.py); its sentences about them follow.
@@ -73,8 +77,8 @@ _ask = _centre.ask_gpus  # --gpus-per-node=4 or --gres=gpu:4, as the cluster ask
 def _spellings(request: str) -> str:
     """The other way to write a GPU request, and which one this cluster's scripts use."""
     if _centre.gpu_option == "gres":
-        return (f"`--gpus-per-node={request}` is the newer spelling of the same request; "
-                f"the job scripts for {_centre.name} use `--gres`")
+        return (f"`--gpus-per-node={request}` is the newer spelling of the same request. "
+                f"The job scripts for {_centre.name} use `--gres`, as its documentation does")
     return f"`--gres=gpu:{request}` is the older spelling of the same request"
 
 

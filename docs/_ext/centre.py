@@ -45,7 +45,7 @@ class CentreSummary(Directive):
             f"The job scripts of this guide use the `{p.partition.name}` partition."
             if len(p.partitions) == 1 else
             f"Each job script of this guide is shown for every partition, one tab each, "
-            f"`{p.partition.name}` first.")]
+            f"`{p.label(p.partition)}` first.")]
         rules = []
         if p.account_required:
             rules.append(f"Every job names the project that pays for it: "
