@@ -76,7 +76,7 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
 @pytest.mark.slurm
 def test_a_gpu_type_or_feature_the_cluster_lacks_is_rejected_at_submission():
     assert MISSING not in (LOCAL_TYPE, *PART.features)
-    for option, error in ((f"--gpus-per-node={MISSING}:{GPUS}",
+    for option, error in ((PROFILE.ask_gpus(f"{MISSING}:{GPUS}"),  # as the script asks
                            "Requested node configuration is not available"),
                           (f"--constraint={MISSING}", "Invalid feature specification")):
         job = submit(SCRIPT, files=(), sbatch_args=[option], check=False, timeout=60)
