@@ -51,7 +51,7 @@ myst_substitutions = {
     "scratch": _centre.scratch,
     "module_line": "; ".join(_centre.setup) or "source .venv/bin/activate",
     # What a reader does with a job script before submitting it: on the example cluster,
-    # adapt it; on a centre's, nothing (its profile wrote the lines).
+    # adapt it; on a centre's, at most put in their own project (the profile wrote the rest).
     "job_software": (
         f"The job loads the modules of {_centre.name} and runs PyTorch in its container "
         "({doc}`slurm/your_cluster`)." if _centre.container_exec else

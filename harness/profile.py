@@ -403,11 +403,21 @@ def has_markers(text: str) -> bool:
 def _set_value(line: str, value: str) -> str:
     """The #SBATCH line with a new value, its comment kept in its column when it fits."""
     m = _SBATCH.match(line)
-    head = f"{m[1]}{m[2]}={value}"
-    if not m[5]:
+    return _replace_head(line, f"{m[1]}{m[2]}={value}", m[5])
+
+
+def _replace_head(line: str, head: str, comment: str | None) -> str:
+    """``head`` (an ``#SBATCH`` option) in place of the line's, followed by ``comment`` in
+    the column where the line's comment starts, when it fits."""
+    if not comment:
         return head
-    column = len(f"{m[1]}{m[2]}={m[3]}") + len(m[4])
-    return head + " " * max(1, column - len(head)) + m[5]
+    column = len(line) - len(_SBATCH.match(line)[5])
+    return head + " " * max(1, column - len(head)) + comment
+
+
+def _marker_attributes(args: str) -> dict[str, str]:
+    """``gpus=node tasks=gpu`` of a ``#>cluster`` marker, as a dict."""
+    return dict(re.findall(r"(\w+)=(\S+)", args))
 
 
 #: A comment line of a cluster block that only the example cluster keeps: a centre's
@@ -417,7 +427,7 @@ _HINT = re.compile(r"^# Your cluster may also need\b")
 
 def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partition,
                    where: str) -> list[str]:
-    attrs = dict(re.findall(r"(\w+)=(\S+)", args))
+    attrs = _marker_attributes(args)
     unknown = set(attrs) - {"gpus", "tasks"}
     if unknown or "gpus" not in attrs:
         raise ProfileError(f"{where}: marker '#>cluster{args}': expected "
@@ -473,14 +483,10 @@ def _gpu_option(line: str, profile: Profile) -> str:
     """A ``--gpus-per-node`` line in the cluster's style; where its comment names the
     other spelling (``or: --gres=gpu:a100:4``), that follows the value too."""
     m = _SBATCH.match(line)
-    value, comment = m[3], m[5] or ""
+    value = m[3]
     other = {"gpus-per-node": f"--gres=gpu:{value}", "gres": f"--gpus-per-node={value}"}
-    comment = re.sub(r"--gres=gpu:[\w.:-]+", other[profile.gpu_option], comment)
-    head = f"#SBATCH {profile.ask_gpus(value)}"
-    if not comment:
-        return head
-    column = len(line) - len(m[5])
-    return head + " " * max(1, column - len(head)) + comment
+    comment = re.sub(r"--gres=gpu:[\w.:-]+", other[profile.gpu_option], m[5] or "")
+    return _replace_head(line, f"#SBATCH {profile.ask_gpus(value)}", comment)
 
 
 def _environment_block(lines: list[str], profile: Profile, part: Partition,
@@ -553,7 +559,7 @@ def render(text: str, profile: Profile | None = None, where: str = "job script",
                 raise ProfileError(f"{where}:{number}: '#<{end[1]}' without its '#>{end[1]}'")
             if kind == "cluster":
                 out += _cluster_block(block, args, profile, part, where)
-                tasks = dict(re.findall(r"(\w+)=(\S+)", args)).get("tasks", "")
+                tasks = _marker_attributes(args).get("tasks", "")
             else:
                 out += _environment_block(block, profile, part, tasks)
             block = None

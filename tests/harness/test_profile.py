@@ -21,6 +21,10 @@ PROFILES = sorted((ROOT / "profiles").glob("*.toml"))
 GOOD = (ROOT / "profiles" / "default.toml").read_text()
 
 
+#: A job script's GPU request, in either spelling, with its count per node.
+GPU_REQUEST = re.compile(r"^#SBATCH (?:--gpus-per-node=|--gres=gpu:)(?:\w+:)?(\d+)", re.M)
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "centre.toml"
     path.write_text(text)
@@ -166,7 +170,7 @@ def test_every_profile_renders_every_job_script_for_each_partition(script, centr
         assert bool(asks) != (part.default and not re.search(
             r"^#SBATCH --partition=", script.read_text(), re.M))
         if "#>cluster gpus=node" in script.read_text():
-            asked = re.search(r"^#SBATCH (?:--gpus-per-node=|--gres=gpu:)(?:\w+:)?(\d+)", text, re.M)
+            asked = GPU_REQUEST.search(text)
             assert int(asked[1]) == part.gpus_per_node, (part.name, asked[0])
     assert profile.render_file(script, p) == profile.render_file(script, p, p.label(p.partition))
 
@@ -313,8 +317,7 @@ def contradictions(text: str, centre: profile.Profile) -> list[str]:
     activate, module lines other than the profile's."""
     found = []
     said = comments(text)
-    option = r"--gpus-per-node=|--gres=gpu:"
-    gpus = re.search(rf"^#SBATCH (?:{option})(?:\w+:)?(\d+)", text, re.M)
+    gpus = GPU_REQUEST.search(text)
     nodes = int((re.search(r"^#SBATCH --nodes=(\d+)", text, re.M) or [0, 1])[1])
     if gpus:
         allowed = {1, int(gpus[1]), nodes * int(gpus[1])}  # no partition has fewer than 1
