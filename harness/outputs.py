@@ -118,6 +118,9 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"(?m)^(  time +: ).*$", r"\1<time>", "when it ran"),
         (r"(?m)^(  host +: ).*$", r"\1<host>", "the machine's name")],
     "troubleshooting/crash.faulthandler.out": [
+        (r"(?m)^Thread 0x[0-9a-f]+ \(most recent call first\):\n +<no Python frame>\n\n?", "",
+         "a thread Python knows that runs no Python code: whether a library (gloo, NCCL) has "
+         "one yet when the rank crashes"),
         (r"thread 0x[0-9a-f]+", "thread <id>", "a thread's address"),
         (r"(?m)^Extension modules: .*$", "Extension modules: <list>",
          "which compiled modules numpy and torch load")],
