@@ -103,7 +103,10 @@ def test_every_snippet_has_a_gpu_test():
 NO_ONE_GPU_CASE = {
     "memory/fsdp2_tuning.py": "compares settings that differ only with 2 or more ranks: "
                               "at world size 1 it stops with one line",
+    "model_parallel/clip_2d.py": "a 2 x 2 mesh: 4 processes",
+    "model_parallel/clip_pipeline.py": "2 pipeline stages, one per process",
     "model_parallel/hybrid_2d.py": "a 2 x 2 mesh: 4 processes",
+    "model_parallel/hybrid_3d.py": "a 2 x 2 x 2 mesh: 8 processes",
     "model_parallel/naive.py": "one process on 2 GPUs; with one GPU it stays on the CPU",
     "model_parallel/pipeline_bubble.py": "idle time between stages: one stage per process",
     "model_parallel/pipeline_interleaved.py": "idle time between 2 processes, 2 stages each",
@@ -167,6 +170,23 @@ def test_a_script_that_failed_on_an_older_release_asks_for_the_oldest_that_passe
         elif failed and snippet not in found:
             problems.append(f"{snippet}: failed on {', '.join(failed)}, has no NEEDS guard")
     assert not problems, "\n".join(problems)
+
+
+#: A page's note on the release a script needs: "`x.py` needs PyTorch 2.8 or newer",
+#: and after it, in the same sentence, "`y.py` 2.10".
+NEEDS_NOTE = re.compile(r"`(\w+\.py)`(?: needs PyTorch)? (\d+\.\d+)\b")
+
+
+def test_a_page_names_the_release_its_script_asks_for():
+    """A page that says which release a script needs names the script's own NEEDS."""
+    found = {Path(snippet).name: needs for snippet, needs in guards().items()}
+    notes = [(page.relative_to(ROOT), script, release)
+             for page in sorted((ROOT / "docs").rglob("*.md"))
+             for line in page.read_text().splitlines() if " needs PyTorch " in line
+             for script, release in NEEDS_NOTE.findall(line)]
+    wrong = [f"{page}: {script} needs {release}, its NEEDS is {found.get(script)}"
+             for page, script, release in notes if found.get(script) != release]
+    assert notes and not wrong, "\n".join(wrong)
 
 
 @pytest.mark.older_torch

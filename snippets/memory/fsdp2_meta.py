@@ -20,7 +20,7 @@ import weakref
 import torch
 
 NEEDS = "2.10"  # FSDP2 on CPUs: 2.6 lacks what it needs, 2.8 sums gradients
-if torch.__version__ < NEEDS:  # compares as a version, not as text
+if torch.__version__ < f"{NEEDS}.0a0":  # NVIDIA's 2.N.0a0 builds count as 2.N
     print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
           file=sys.stderr)
     sys.exit(2)

@@ -3,18 +3,20 @@
 Run it with 4 processes, a 2 x 2 mesh:
   torchrun --standalone --nproc_per_node=4 hybrid_2d.py
 On 2 nodes with 4 GPUs each use --dp 2 --tp 4: tensor parallelism inside each
-node, where GPUs are joined by fast links, and FSDP across the nodes.
+node, where GPUs are joined by fast links, and FSDP across the nodes
+(hybrid_2d.sbatch).
 """
 
 import argparse
 import os
+import socket
 import sys
 import time
 
 import torch
 
 NEEDS = "2.10"  # FSDP2 on CPUs: 2.6 lacks what it needs, 2.8 sums gradients
-if torch.__version__ < NEEDS:  # compares as a version, not as text
+if torch.__version__ < f"{NEEDS}.0a0":  # NVIDIA's 2.N.0a0 builds count as 2.N
     print(f"this script needs PyTorch >= {NEEDS} (found {torch.__version__})",
           file=sys.stderr)
     sys.exit(2)
@@ -30,7 +32,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-DIM, HEADS = 16, 4
+DIM, HEADS = 16, 8  # 8 heads: tensor parallelism over up to 8 GPUs
 STEPS = 3
 
 
@@ -138,15 +140,18 @@ def main():
         x, y = (t[dp * rows:(dp + 1) * rows].to(device) for t in (x, y))
 
         wq = model.block.attn.wq.weight
-        me = (rank, dp, tp, f"{dp * rows}-{(dp + 1) * rows - 1}", wq.to_local().shape)
+        node = os.environ.get("SLURMD_NODENAME", socket.gethostname())  # Slurm's name
+        seqs = f"{dp * rows}-{(dp + 1) * rows - 1}"
+        me = (rank, dp, tp, node, seqs, wq.to_local().shape)
         everyone = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, me)
         if rank == 0:
             print(f"mesh {tuple(mesh.shape)} {mesh.mesh_dim_names}; "
                   f"block.attn.wq.weight {tuple(wq.shape)} is {wq.placements}")
-            print("rank  dp  tp  sequences  wq rows x columns on this rank")
-            for r, d, t, seqs, shape in everyone:
-                print(f"{r:>4}  {d:>2}  {t:>2}  {seqs:>9}  {shape[0]} x {shape[1]}")
+            print("rank  dp  tp  node  sequences  wq rows x columns on this rank")
+            for r, d, t, n, seqs, shape in everyone:
+                print(f"{r:>4}  {d:>2}  {t:>2}  {n:>4}  {seqs:>9}  "
+                      f"{shape[0]} x {shape[1]}")
 
         history = []
         for step in range(STEPS):

@@ -1,14 +1,28 @@
-"""snippets/model_parallel/hybrid_2d.py, shown on docs/model_parallel/hybrid.md."""
+"""snippets/model_parallel/hybrid_2d.py, shown on docs/model_parallel/hybrid.md, and its job
+script snippets/model_parallel/hybrid_2d.sbatch, shown on docs/model_parallel/hybrid_3d.md.
+
+The job script runs on the two simulated nodes of the local Slurm cluster as the page
+shows it, one process per GPU of the profile's nodes, and on a GPU cluster on the nodes
+and GPUs of the job the tests run in (tests/slurm/clusters.py).
+"""
 
 from harness.launch import run
+from harness.outputs import GPU_ATOL, check_output
 from tests.devices import on_each_device
-from tests.model_parallel.reference import assert_run_matches, trained_in_one_process
+from tests.model_parallel.reference import ATOL, assert_run_matches, trained_in_one_process
+from tests.slurm.clusters import on_each_cluster
+from tests.slurm.jobs import job_nodes
 
 SNIPPET = "model_parallel/hybrid_2d.py"
+JOB_SCRIPT = "model_parallel/hybrid_2d.sbatch"
+ROWS = 16  # of block.attn.wq.weight
 
 
 def mesh_table(stdout):
-    return [tuple(line.split()) for line in stdout.splitlines() if line[:4].strip().isdigit()]
+    """(rank, dp, tp, node, sequences, wq rows, wq columns) for every rank."""
+    return [(int(r), int(dp), int(tp), node, seqs, int(rows), int(cols))
+            for r, dp, tp, node, seqs, rows, _, cols in
+            (line.split() for line in stdout.splitlines() if line[:4].strip().isdigit())]
 
 
 @on_each_device(gpus=4)
@@ -18,7 +32,34 @@ def test_four_ranks_give_the_loss_and_gradients_of_one_process(device, tmp_path)
     device.check_output(result)
     # Rows of the mesh split the data, columns split the matrices: a 16 x 16 wq is cut
     # into 4 x 16 pieces, by 2 for tensor parallelism, then by 2 for FSDP.
-    assert mesh_table(result.stdout) == [
-        ("0", "0", "0", "0-3", "4", "x", "16"), ("1", "0", "1", "0-3", "4", "x", "16"),
-        ("2", "1", "0", "4-7", "4", "x", "16"), ("3", "1", "1", "4-7", "4", "x", "16")]
-    assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"))
+    assert [row[:3] + row[4:] for row in mesh_table(result.stdout)] == [
+        (0, 0, 0, "0-3", 4, 16), (1, 0, 1, "0-3", 4, 16),
+        (2, 1, 0, "4-7", 4, 16), (3, 1, 1, "4-7", 4, 16)]
+    assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"),
+                       atol=device.pick(ATOL, GPU_ATOL))
+
+
+@on_each_cluster()
+def test_the_job_script_keeps_tensor_parallelism_inside_each_node(cluster):
+    """tp = the GPUs of a node, dp = the nodes: every rank of a tensor-parallel group on
+    one node, each node one copy of the model; the training of one process."""
+    nodes, gpus = cluster.nodes, cluster.gpus_per_node
+    result = cluster.submit(JOB_SCRIPT, world_size=nodes * gpus, files=(SNIPPET,),
+                            workdir=cluster.folder("hybrid_2d"),
+                            sbatch_args=cluster.shape(tasks_per_gpu=False))
+    if not cluster.real:
+        check_output(result, variant="slurm")
+    table = mesh_table(result.stdout)
+    assert [row[0] for row in table] == list(range(nodes * gpus))
+    node_of_copy = {}
+    for rank, dp, tp, node, seqs, rows, cols in table:
+        assert (dp, tp) == divmod(rank, gpus)  # a copy is a block of consecutive ranks
+        assert node_of_copy.setdefault(dp, node) == node  # ... on one node
+        assert (rows, cols) == (ROWS // (nodes * gpus), 16)  # 1/(dp x tp) of wq
+        share = 8 // nodes
+        assert seqs == f"{dp * share}-{(dp + 1) * share - 1}"
+    assert len(set(node_of_copy.values())) == nodes  # and each copy on its own node
+    if not cluster.real:
+        assert sorted(node_of_copy.values()) == job_nodes(result) == ["node1", "node2"]
+    assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"),
+                       atol=cluster.pick(ATOL, GPU_ATOL))
