@@ -109,6 +109,13 @@ def main():
     parser.add_argument("--dp", type=int, default=2, help="data-parallel size (FSDP)")
     parser.add_argument("--tp", type=int, default=2, help="tensor-parallel size")
     args = parser.parse_args()
+    world = int(os.environ["WORLD_SIZE"])  # the sizes must fit the processes, the model
+    if args.dp * args.tp != world:         # and the batch: stop with one line if not
+        parser.error(f"--dp x --tp is {args.dp * args.tp}, "
+                     f"but torchrun started {world} processes")
+    sequences = len(make_batch()[0])
+    if HEADS % args.tp or sequences % args.dp:
+        parser.error(f"--tp must divide {HEADS} heads, and --dp {sequences} sequences")
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)

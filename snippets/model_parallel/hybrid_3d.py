@@ -157,6 +157,13 @@ def main():
     parser.add_argument("--reshard-after-forward", action="store_true",
                         help="free the gathered weights after each forward pass")
     args = parser.parse_args()
+    world = int(os.environ["WORLD_SIZE"])  # the sizes must fit the processes, the model
+    if args.pp * args.dp * args.tp != world:  # and the batch: stop with one line if not
+        parser.error(f"--pp x --dp x --tp is {args.pp * args.dp * args.tp}, "
+                     f"but torchrun started {world} processes")
+    if LAYERS % args.pp or HEADS % args.tp or SEQUENCES % (args.dp * MICROBATCHES):
+        parser.error(f"--pp must divide {LAYERS} blocks, --tp {HEADS} heads, and "
+                     f"--dp x {MICROBATCHES} micro-batches {SEQUENCES} sequences")
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)

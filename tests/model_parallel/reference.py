@@ -5,10 +5,12 @@ same batch: the same losses and gradients (to 1e-5), hence the same trained weig
 """
 
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from harness.launch import snippet_code
+from harness.launch import run, snippet_code
 from tests.compare import assert_same_state, load
 
 ATOL = 1e-5
@@ -59,3 +61,14 @@ def assert_run_matches(result, expected, atol=ATOL):
     saved = load(result.workdir / f"{result.script.stem}.pt")
     assert_matches(saved, expected, atol)
     assert printed_losses(result.stdout) == pytest.approx(expected["losses"], abs=atol)
+
+
+def assert_stops_with_one_line(script, sizes, nproc, message, workdir):
+    """``script`` started by torchrun with mesh sizes that do not fit stops in every
+    process with argparse's one line, before anything else can fail."""
+    result = run(script, *sizes, launcher="torchrun", nproc=nproc, workdir=workdir,
+                 check=False, timeout=120)
+    assert not result.timed_out and result.returncode != 0, result.report()
+    line = f"{Path(script).name}: error: {message}\n"
+    assert result.text.count(line) == nproc, result.report()
+    assert "Error:" not in result.text.replace("ChildFailedError:", ""), result.report()

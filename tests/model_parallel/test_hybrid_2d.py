@@ -6,10 +6,17 @@ shows it, one process per GPU of the profile's nodes, and on a GPU cluster on th
 and GPUs of the job the tests run in (tests/slurm/clusters.py).
 """
 
+import pytest
+
 from harness.launch import run
 from harness.outputs import GPU_ATOL, check_output
 from tests.devices import on_each_device
-from tests.model_parallel.reference import ATOL, assert_run_matches, trained_in_one_process
+from tests.model_parallel.reference import (
+    ATOL,
+    assert_run_matches,
+    assert_stops_with_one_line,
+    trained_in_one_process,
+)
 from tests.slurm.clusters import on_each_cluster
 from tests.slurm.jobs import job_nodes
 
@@ -63,3 +70,11 @@ def test_the_job_script_keeps_tensor_parallelism_inside_each_node(cluster):
         assert sorted(node_of_copy.values()) == job_nodes(result) == ["node1", "node2"]
     assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"),
                        atol=cluster.pick(ATOL, GPU_ATOL))
+
+
+@pytest.mark.parametrize("nproc, sizes, message", [
+    (2, ("--dp", "2", "--tp", "2"), "--dp x --tp is 4, but torchrun started 2 processes"),
+    (3, ("--dp", "1", "--tp", "3"), "--tp must divide 8 heads, and --dp 8 sequences")],
+    ids=["not the processes", "not the model"])
+def test_sizes_that_do_not_fit_stop_the_script_with_one_line(nproc, sizes, message, tmp_path):
+    assert_stops_with_one_line(SNIPPET, sizes, nproc, message, tmp_path)

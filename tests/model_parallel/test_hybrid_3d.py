@@ -15,7 +15,12 @@ import pytest
 from harness.launch import run, snippet_code
 from harness.outputs import GPU_ATOL, check_output
 from tests.devices import on_each_device
-from tests.model_parallel.reference import ATOL, assert_run_matches, trained_in_one_process
+from tests.model_parallel.reference import (
+    ATOL,
+    assert_run_matches,
+    assert_stops_with_one_line,
+    trained_in_one_process,
+)
 from tests.slurm.clusters import on_each_cluster
 from tests.slurm.jobs import job_nodes
 
@@ -87,3 +92,14 @@ def test_the_job_script_puts_one_stage_on_each_node(cluster):
         assert sorted(node_of_stage.values()) == job_nodes(result) == ["node1", "node2"]
     assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"),
                        atol=cluster.pick(ATOL, GPU_ATOL))
+
+
+@pytest.mark.parametrize("nproc, sizes, message", [
+    (2, ("--pp", "2", "--dp", "2", "--tp", "2"),
+     "--pp x --dp x --tp is 8, but torchrun started 2 processes"),
+    (3, ("--pp", "1", "--dp", "1", "--tp", "3"),
+     "--pp must divide 2 blocks, --tp 8 heads, and --dp x 2 micro-batches 8 sequences")],
+    ids=["not the processes", "not the model"])
+def test_sizes_that_do_not_fit_stop_the_script_with_one_line(nproc, sizes, message, tmp_path):
+    """As the page says: one line, from every process, before any process group."""
+    assert_stops_with_one_line(SNIPPET, sizes, nproc, message, tmp_path)
