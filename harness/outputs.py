@@ -146,6 +146,9 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
     # torchrun starts or joins first
     "slurm/*.out": [
         (r"\bnode[12]\b", "node<n>", "which of the free nodes Slurm picks, or starts first")],
+    "model_parallel/hybrid_*.out": [
+        (r"(?m)^((?: +\d+){3,4}) +\S+(?= +\d+-\d+ )", r"\1 <node>",
+         "the machine's name, in the node column of the table of ranks")],
     "model_parallel/*.slurm.out": [
         (r"\bnode[12]\b", "node<n>", "which node's torchrun joins the rendezvous first, and "
                                      "so holds ranks 0 and up")],
