@@ -31,10 +31,12 @@ def printed_masks(stdout, way):
     return {int(r): json.loads(m) for r, m in re.findall(r"rank (\d+) (\[[\d, ]+\])", line)}
 
 
-def two_uses(own):
-    """Use a rank's own random numbers twice, as two training steps would, on the CPU:
-    (the two masks, whether the second differs, whether the shared generator is as before)."""
-    mine = torch.ones(4, 4)
+def two_uses(own, ranks=2):
+    """Use a rank's own random numbers twice, as two training steps would, on the CPU, on
+    its part of the features of ``ranks``: (the two masks, whether the second differs,
+    whether the shared generator is as before)."""
+    code = snippet_code(SNIPPET)
+    mine = torch.ones(code["TOKENS"], code["FEATURES"] // ranks)
     torch.manual_seed(0)
     before = torch.get_rng_state()
     with own():
@@ -62,7 +64,7 @@ def test_which_ranks_draw_the_same_dropout_mask(device, tmp_path):
         code = snippet_code(SNIPPET)
         for rank in range(ranks):
             own = code["OwnRandomNumbers"](code["SEED"] + 1000 + rank, torch.device("cpu"))
-            first, second, _, _ = two_uses(own)
+            first, second, _, _ = two_uses(own, ranks)
             assert printed_masks(result.stdout, "own seed per rank")[rank] == (
                 first[0].int().tolist())
             assert printed_masks(result.stdout, "own seed, used again")[rank] == (
