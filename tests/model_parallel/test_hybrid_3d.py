@@ -26,8 +26,7 @@ from tests.slurm.jobs import job_nodes
 
 SNIPPET = "model_parallel/hybrid_3d.py"
 JOB_SCRIPT = "model_parallel/hybrid_3d.sbatch"
-CODE = snippet_code(SNIPPET)
-SEQUENCES, MICROBATCHES = CODE["SEQUENCES"], CODE["MICROBATCHES"]
+SEQUENCES, MICROBATCHES = 8, 2  # as in the script: assert_mesh checks them
 ROWS = 16  # of a block's attn.wq.weight
 #: FSDP groups of every stage: its block, and the stage itself (embedding or head)
 GROUPS = 2
@@ -44,6 +43,8 @@ def assert_mesh(table, pp, dp, tp, gathers):
     """Ranks numbered (pp, dp, tp) with tp fastest; each holds 1/(dp x tp) of wq; a copy
     (dp) sees its share of the batch in every stage; FSDP gathered ``gathers`` times."""
     assert [row[0] for row in table] == list(range(pp * dp * tp))
+    code = snippet_code(SNIPPET)  # here, not at import: it stops on older releases
+    assert (code["SEQUENCES"], code["MICROBATCHES"]) == (SEQUENCES, MICROBATCHES)
     share = SEQUENCES // dp
     for rank, p, d, t, node, seqs, rows, cols, count in table:
         assert (p, d, t) == (rank // (dp * tp), rank // tp % dp, rank % tp)
