@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from harness.launch import run, snippet_code
+from harness.outputs import check_output
 from tests.compare import assert_same_state, load
+from tests.slurm.jobs import job_nodes
 
 ATOL = 1e-5
 
@@ -72,3 +74,21 @@ def assert_stops_with_one_line(script, sizes, nproc, message, workdir):
     line = f"{Path(script).name}: error: {message}\n"
     assert result.text.count(line) == nproc, result.report()
     assert "Error:" not in result.text.replace("ChildFailedError:", ""), result.report()
+
+
+def submit_job(cluster, job_script, script):
+    """``job_script`` submitted with ``script`` on every GPU of the cluster's nodes, one
+    torchrun per node; on the local cluster its output compared with the page's."""
+    result = cluster.submit(job_script, world_size=cluster.nodes * cluster.gpus_per_node,
+                            files=(script,), workdir=cluster.folder(Path(script).stem),
+                            sbatch_args=cluster.shape(tasks_per_gpu=False))
+    if not cluster.real:
+        check_output(result, variant="slurm")
+    return result
+
+
+def assert_one_node_each(cluster, result, node_of):
+    """Each group of ranks ({group: its node}) on a node of its own, every node used."""
+    assert len(set(node_of.values())) == cluster.nodes
+    if not cluster.real:
+        assert sorted(node_of.values()) == job_nodes(result) == ["node1", "node2"]

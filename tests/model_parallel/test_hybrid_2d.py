@@ -9,16 +9,17 @@ and GPUs of the job the tests run in (tests/slurm/clusters.py).
 import pytest
 
 from harness.launch import run
-from harness.outputs import GPU_ATOL, check_output
+from harness.outputs import GPU_ATOL
 from tests.devices import on_each_device
 from tests.model_parallel.reference import (
     ATOL,
+    assert_one_node_each,
     assert_run_matches,
     assert_stops_with_one_line,
+    submit_job,
     trained_in_one_process,
 )
 from tests.slurm.clusters import on_each_cluster
-from tests.slurm.jobs import job_nodes
 
 SNIPPET = "model_parallel/hybrid_2d.py"
 JOB_SCRIPT = "model_parallel/hybrid_2d.sbatch"
@@ -51,11 +52,7 @@ def test_the_job_script_keeps_tensor_parallelism_inside_each_node(cluster):
     """tp = the GPUs of a node, dp = the nodes: every rank of a tensor-parallel group on
     one node, each node one copy of the model; the training of one process."""
     nodes, gpus = cluster.nodes, cluster.gpus_per_node
-    result = cluster.submit(JOB_SCRIPT, world_size=nodes * gpus, files=(SNIPPET,),
-                            workdir=cluster.folder("hybrid_2d"),
-                            sbatch_args=cluster.shape(tasks_per_gpu=False))
-    if not cluster.real:
-        check_output(result, variant="slurm")
+    result = submit_job(cluster, JOB_SCRIPT, SNIPPET)
     table = mesh_table(result.stdout)
     assert [row[0] for row in table] == list(range(nodes * gpus))
     node_of_copy = {}
@@ -65,9 +62,7 @@ def test_the_job_script_keeps_tensor_parallelism_inside_each_node(cluster):
         assert (rows, cols) == (ROWS // (nodes * gpus), 16)  # 1/(dp x tp) of wq
         share = 8 // nodes
         assert seqs == f"{dp * share}-{(dp + 1) * share - 1}"
-    assert len(set(node_of_copy.values())) == nodes  # and each copy on its own node
-    if not cluster.real:
-        assert sorted(node_of_copy.values()) == job_nodes(result) == ["node1", "node2"]
+    assert_one_node_each(cluster, result, node_of_copy)  # and each copy on its own node
     assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"),
                        atol=cluster.pick(ATOL, GPU_ATOL))
 

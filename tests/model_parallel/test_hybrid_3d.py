@@ -13,16 +13,17 @@ import re
 import pytest
 
 from harness.launch import run, snippet_code
-from harness.outputs import GPU_ATOL, check_output
+from harness.outputs import GPU_ATOL
 from tests.devices import on_each_device
 from tests.model_parallel.reference import (
     ATOL,
+    assert_one_node_each,
     assert_run_matches,
     assert_stops_with_one_line,
+    submit_job,
     trained_in_one_process,
 )
 from tests.slurm.clusters import on_each_cluster
-from tests.slurm.jobs import job_nodes
 
 SNIPPET = "model_parallel/hybrid_3d.py"
 JOB_SCRIPT = "model_parallel/hybrid_3d.sbatch"
@@ -77,20 +78,13 @@ def test_eight_ranks_give_the_loss_and_gradients_of_one_process(device, reshard,
 def test_the_job_script_puts_one_stage_on_each_node(cluster):
     """pp = the nodes, dp = 2, tp = half the GPUs of a node: each stage, and so each
     tensor-parallel group, on one node; the training of one process."""
-    nodes, gpus = cluster.nodes, cluster.gpus_per_node
-    result = cluster.submit(JOB_SCRIPT, world_size=nodes * gpus, files=(SNIPPET,),
-                            workdir=cluster.folder("hybrid_3d"),
-                            sbatch_args=cluster.shape(tasks_per_gpu=False))
-    if not cluster.real:
-        check_output(result, variant="slurm")
+    result = submit_job(cluster, JOB_SCRIPT, SNIPPET)
     table = mesh_table(result.stdout)
-    assert_mesh(table, nodes, 2, gpus // 2, gathers=GROUPS)
+    assert_mesh(table, cluster.nodes, 2, cluster.gpus_per_node // 2, gathers=GROUPS)
     node_of_stage = {}
     for rank, pp, dp, tp, node, *_ in table:
         assert node_of_stage.setdefault(pp, node) == node  # a stage on one node
-    assert len(set(node_of_stage.values())) == nodes  # each stage on its own node
-    if not cluster.real:
-        assert sorted(node_of_stage.values()) == job_nodes(result) == ["node1", "node2"]
+    assert_one_node_each(cluster, result, node_of_stage)  # each stage on its own node
     assert_run_matches(result, trained_in_one_process(SNIPPET, "Net"),
                        atol=cluster.pick(ATOL, GPU_ATOL))
 
