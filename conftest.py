@@ -8,12 +8,15 @@ import tempfile
 from harness.launch import SESSION_ID, SESSION_TAG, SHARED_RUNS, kill_tagged
 
 pytest_plugins = [
-    "harness.plugins.strictness",  # REQUIRE_ALL, --only-compared, --claimed-by
+    # the core (CONTRIBUTING.md, "How the harness is built")
+    "harness.plugins.strictness",  # REQUIRE_ALL, --only-compared
     "harness.plugins.scheduling",  # test processes get whole files, slowest first
     "harness.plugins.devices",     # multigpu tests on GPUs (or skipped), the others on the CPU
-    "harness.plugins.cluster",     # the local Slurm cluster of the tests marked slurm
     "harness.plugins.budget",      # --time-budget=SECONDS: skip what would start after it
+    # the optional parts, which the core never imports
+    "harness.plugins.cluster",     # the local Slurm cluster of the tests marked slurm
     "harness.gpu_report",          # --gpu-report=DIR: the report of a GPU run
+    "harness.plugins.claimed",     # --claimed-by=RELEASE: the tests of one release's snippets
     "harness.releases",            # --record-releases: docs/_data/torch_versions.json
 ]
 
@@ -38,6 +41,9 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Rule: A test leaves no process behind. Fix: start processes through
+    `harness.launch.run`, which kills all it started, or end in the test the ones the
+    failure lists."""
     leftovers = kill_tagged(SESSION_TAG, SESSION_ID)
     if leftovers:
         session.config.get_terminal_writer().line(

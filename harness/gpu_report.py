@@ -28,6 +28,7 @@ import pytest
 
 from harness import launch, torch_versions
 from harness.launch import ROOT, SNIPPETS
+from harness.plugins.strictness import skip_reason
 
 RECORD = ROOT / "docs" / "_data" / "gpu_runs.json"
 #: The most characters of a failure's output a report keeps (its end).
@@ -65,12 +66,6 @@ def gpus_text(info: dict) -> str:
     gpus = info.get("gpus") or []
     names = sorted(set(gpus))
     return " + ".join(f"{gpus.count(n)} × {n}" for n in names) if names else "no GPU"
-
-
-def skip_reason(report) -> str:
-    """Why pytest skipped a test or a module, from its report."""
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    return reason.removeprefix("Skipped: ")
 
 
 class Recorder:

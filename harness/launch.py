@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import importlib
 import json
 import os
 import pickle
@@ -159,7 +160,30 @@ class Result:
         return "\n".join(lines)
 
 
-LAUNCHERS: dict[str, Callable[[Launch], list[Proc]]] = {}
+#: The modules that register the other launchers (they import this module, which
+#: imports none of them): the environments of a Slurm job without Slurm (srun-env,
+#: started-by), the other frameworks' (Horovod, DeepSpeed, Accelerate, TensorFlow), and
+#: Slurm's (sbatch, srun, real-*), an optional part: :data:`LAUNCHERS` imports them in
+#: this order, on the first lookup of a name it does not know yet.
+LAUNCHER_MODULES = ("harness.slurm_env", "harness.frameworks", "harness.slurm")
+
+
+class _Launchers(dict):
+    """Launchers by name: a name not registered yet imports :data:`LAUNCHER_MODULES`, one
+    at a time, until one of them registers it."""
+
+    def __missing__(self, name: str) -> Callable[[Launch], list[Proc]]:
+        for module in LAUNCHER_MODULES:
+            importlib.import_module(module)
+            if name in self:
+                return self[name]
+        raise KeyError(f"no launcher {name!r} (known: {', '.join(sorted(self))}): register "
+                       f"it with @launcher in harness/launch.py or a module of "
+                       f"LAUNCHER_MODULES")
+
+
+#: Every launcher by name (:func:`launcher` registers one).
+LAUNCHERS: dict[str, Callable[[Launch], list[Proc]]] = _Launchers()
 #: A launcher's own way of writing the reader's command, where :func:`reader_command`'s
 #: reading of its processes is not what a reader types (``sbatch``, ``python``).
 COMMANDS: dict[str, Callable[[Launch, list[Proc]], list[str]]] = {}
@@ -326,10 +350,22 @@ def snippet(path: str | Path) -> Path:
     return full
 
 
+class SnippetNamespace(dict):
+    """A snippet's names; asking for one it does not define says which file and the fix."""
+
+    path: str = ""
+
+    def __missing__(self, name):
+        raise KeyError(f"{self.path} defines no {name!r}, which a test asks for: rename it "
+                       f"back in the snippet, or rename it in the tests and pages that name it")
+
+
 def snippet_code(path: str | Path) -> dict:
     """A snippet's module namespace (its classes, functions and constants), loaded as a
     module and not as ``__main__``, so that its ``main()`` does not run."""
-    return runpy.run_path(str(snippet(path)))
+    names = SnippetNamespace(runpy.run_path(str(snippet(path))))
+    names.path = f"snippets/{path}"
+    return names
 
 
 def _python_command(l: Launch, procs: list[Proc]) -> list[str]:
@@ -662,8 +698,3 @@ def _alive(pid: int) -> bool:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
-
-# The other launchers, registered in every process that imports this module: Slurm's
-# (sbatch, srun, and the same from outside the job the tests run in), the environments of
-# a Slurm job without Slurm (srun-env, started-by), Horovod's, Accelerate's, TensorFlow's.
-from harness import frameworks, slurm, slurm_env  # noqa: E402,F401

@@ -32,7 +32,6 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import profile as centre
 from harness.launch import DEVICE_ENV, SNIPPETS, Result, as_reader_port, snippet
 
 # --- What is masked -----------------------------------------------------------------------
@@ -292,7 +291,11 @@ def output_path(script: Path, variant: str | None = None) -> Path:
 def check_output(result: Result, variant: str | None = None,
                  tolerance: Tolerance = FP32) -> None:
     """Compare (or, with UPDATE_OUTPUTS=1, record) the run's stdout and its command with
-    its .out file."""
+    its .out file.
+
+    Rule: A run prints what its captured output shows, under the command that ran it: the
+    same words and integers, floating-point figures within the test's tolerance. Fix:
+    `make check SNIPPET=<chapter>/<name>.py` recaptures it; review `git diff snippets/`."""
     check_text(result.stdout, result.script, variant, tolerance, command=result.command,
                port=result.port)
 
@@ -332,6 +335,20 @@ WITHOUT_COMMAND = {
 }
 
 
+def _fix() -> str:
+    """The command that recaptures the outputs of the test running now: ``make check`` for
+    the snippet its file mirrors (tests/<chapter>/test_<name>.py)."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[0]
+    parts = Path(test).parts
+    if len(parts) == 3 and parts[2].startswith("test_"):
+        stem = parts[2][len("test_"):-len(".py")]
+        found = [p for p in sorted((SNIPPETS / parts[1]).glob(f"{stem}.*"))
+                 if p.stem == stem and p.suffix != ".out"]
+        if found:
+            return f"make check SNIPPET={parts[1]}/{found[0].name}"
+    return f"make outputs PYTEST_ARGS={test or '<its test file>'}"
+
+
 def command_difference(captured: list[str], ran: list[str], path: Path) -> str | None:
     """Why the command an output file shows is not the command that ran (paths, ports and
     host names masked), or None."""
@@ -340,7 +357,7 @@ def command_difference(captured: list[str], ran: list[str], path: Path) -> str |
     if not ran:
         return f"no command printed it: say why in WITHOUT_COMMAND ({__name__})"
     if not captured:
-        return "it shows no command: run `make outputs` (or UPDATE_OUTPUTS=commands)"
+        return f"it shows no command: run `{_fix()}`"
     want = [" ".join(mask(line, path).split()) for line in captured]
     got = [" ".join(mask(line, path).split()) for line in ran]
     if want != got:
@@ -364,6 +381,15 @@ def has_floats(text: str, path: Path | None = None) -> bool:
                for line in mask(text, path).splitlines() for kind, token in tokens(line))
 
 
+def rendered_for_another_centre(path: Path) -> bool:
+    """Whether ``path`` is a job script that runs here rendered for a centre profile other
+    than the default (``CENTRE``), whose output the pages never show. The one place the
+    core reaches the centre profiles (harness/profile.py), an optional part."""
+    from harness import profile
+
+    return profile.needs_rendering(path) and not profile.load().is_default
+
+
 def check_text(actual: str, script: str | Path, variant: str | None = None,
                tolerance: Tolerance = FP32, job: str | Path | None = None, *,
                command: str | list[str], port: int | None = None) -> None:
@@ -382,7 +408,7 @@ def check_text(actual: str, script: str | Path, variant: str | None = None,
     command, after the output has compared as usual.
     """
     command = [command] if isinstance(command, str) else list(command)
-    if centre.needs_rendering(snippet(job or script)) and not centre.load().is_default:
+    if rendered_for_another_centre(snippet(job or script)):
         assert os.environ.get("UPDATE_OUTPUTS") in (None, ""), (
             "outputs are captured with the default centre profile: unset CENTRE")
         return
@@ -398,13 +424,13 @@ def check_text(actual: str, script: str | Path, variant: str | None = None,
     if update == "1":
         path.write_text(with_command(command, as_reader_port(actual, port)))
         return
-    assert captured is not None, f"{path} is missing: run `make outputs` to capture it"
+    assert captured is not None, f"{path} is missing: run `{_fix()}` to capture it"
     name = _name(path)
     problems = differences(captured, actual, path, tolerance)
     if problems:
         raise AssertionError(
             f"the output shown on the page ({name}) has drifted; "
-            f"run `make outputs` if the change is right\n" + "\n".join(problems))
+            f"run `{_fix()}` if the change is right\n" + "\n".join(problems))
     if update == "commands":
         path.write_text(with_command(command, captured))
         return

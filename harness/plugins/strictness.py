@@ -4,8 +4,6 @@
 - ``--only-compared``: only the tests that compared a captured output with floating-point
   figures in the last full run (kept in pytest's cache), to rerun them under another
   kernel choice (``ATEN_CPU_CAPABILITY=default``).
-- ``--claimed-by=RELEASE``: only the tests of the snippets whose oldest tested release of
-  PyTorch is RELEASE (docs/_data/torch_versions.json), and the tests marked older_torch.
 """
 
 import os
@@ -13,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import torch_versions
 from harness.outputs import COMPARED
 
 #: In CI every test must run: a skip is a failure, except for want of GPUs.
@@ -25,50 +22,34 @@ def pytest_addoption(parser):
                      help="run only the tests that compared a captured output with "
                           "floating-point figures in the last full run (e.g. again with "
                           "ATEN_CPU_CAPABILITY=default)")
-    parser.addoption("--claimed-by", metavar="RELEASE",
-                     help="run only the tests of the snippets whose oldest tested PyTorch "
-                          "release is RELEASE (docs/_data/torch_versions.json), and the tests "
-                          "marked older_torch")
 
 
 def _compared_dir(config) -> Path:
     return Path(config.cache.mkdir("compared-outputs"))
 
 
-def _keep(config, items, keep) -> None:
+def keep_only(config, items, keep) -> None:
+    """Deselect, as pytest reports it, every collected test for which ``keep`` is false."""
     config.hook.pytest_deselected(items=[item for item in items if not keep(item)])
     items[:] = [item for item in items if keep(item)]
 
 
-def _only_compared(config, items):
+def skip_reason(report) -> str:
+    """Why pytest skipped a test or a module, from its report."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(tryfirst=True)  # select before the others order or mark
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("only_compared"):
+        return
     compared = {line for f in _compared_dir(config).glob("*.txt")
                 for line in f.read_text().splitlines() if line}
     if not compared:
         raise pytest.UsageError("--only-compared: no run has recorded which tests compare "
                                 "outputs yet: run `make test` first")
-    _keep(config, items, lambda item: item.nodeid in compared)
-
-
-def _claimed_by(config, items):
-    release = config.getoption("claimed_by")
-    claims = torch_versions.claims()
-    if release not in claims.values():
-        raise pytest.UsageError(f"--claimed-by={release}: no snippet claims it "
-                                f"(claimed: {sorted(set(claims.values()), key=torch_versions.key)})")
-
-    def keep(item):
-        snippets = torch_versions.snippets_of(item.nodeid.split("::")[0])
-        return (item.get_closest_marker("older_torch") is not None
-                or any(claims.get(s) == release for s in snippets))
-    _keep(config, items, keep)
-
-
-@pytest.hookimpl(tryfirst=True)  # select before the others order or mark
-def pytest_collection_modifyitems(config, items):
-    if config.getoption("only_compared"):
-        _only_compared(config, items)
-    if config.getoption("claimed_by"):
-        _claimed_by(config, items)
+    keep_only(config, items, lambda item: item.nodeid in compared)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -76,8 +57,6 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if REQUIRE_ALL and report.skipped and not item.get_closest_marker("multigpu"):
-        from harness.gpu_report import skip_reason  # a plugin, loaded by then
-
         report.outcome = "failed"
         report.longrepr = f"REQUIRE_ALL=1 forbids skipping this test: {skip_reason(report)}"
 

@@ -16,6 +16,9 @@ def read_by(script: str, started_by: str, monkeypatch, function: str = "launcher
     """What ``function`` of the snippet returns (as a tuple) in a process started by
     ``started_by``, or the line it stops with."""
     code = snippet_code(script)
+    assert function in code, (f"{script} defines no {function}(), which "
+                              "tests/slurm/started_by.py calls: rename it back, or rename "
+                              "it there and on the pages that name it")
     for name in [name for name in os.environ if set_by_a_launcher(name)]:
         monkeypatch.delenv(name)  # the tests may run inside a job of their own
     for name, value in STARTED_BY[started_by][0].items():
