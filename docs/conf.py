@@ -24,6 +24,7 @@ extensions = [
     "snippets",
     "centre",
     "diagrams",
+    "speedups",  # the sidebar, the search index and the garbage collector, made cheaper
 ]
 
 # The centre profile the site is built for (make html CENTRE=profiles/h100.toml): job

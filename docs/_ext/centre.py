@@ -21,8 +21,12 @@ _TYPES = {str: "string", int: "integer", bool: "true/false", list: "list of stri
 
 
 def _markdown(directive, lines):
+    """The lines parsed as the page's Markdown; marked as generated from the profile, so
+    that they do not count towards the page's reading budget (reading.py)."""
     directive.state.nested_parse(StringList(lines, "centre"), directive.content_offset,
                                  node := __import__("docutils").nodes.container())
+    for child in node.children:
+        child["not_prose"] = True
     return node.children
 
 

@@ -1,13 +1,12 @@
 """Lesson furniture: Overview, Objectives and Key points boxes, and the table of lessons.
 
 A lesson is a page with Objectives. Its minutes are computed from its prose and its
-unfolded code (reading.py), never typed; ``lesson-table`` lists every lesson in
-table-of-contents order with its minutes, so the landing page's table cannot disagree
-with the pages. A lesson over the reading budget, or one that uses a glossary term
-before it links it, is a build warning (with -W, as the Makefile builds, an error).
+unfolded code as its doctree has them (reading.py), never typed; ``lesson-table`` lists
+every lesson in table-of-contents order with its minutes, so the landing page's table
+cannot disagree with the pages. A lesson over the reading budget is a build warning
+(with -W, as the Makefile builds, an error). Glossary links are checked without a build
+(tests/site/test_pages.py).
 """
-
-from pathlib import Path
 
 import reading
 from docutils import nodes
@@ -42,25 +41,20 @@ class LessonTable(Directive):
 
 
 def measure(app, doctree):
-    """A lesson's minutes into its metadata; its reading budget and glossary links checked."""
+    """A lesson's minutes into its metadata; its reading budget checked.
+
+    Rule: A lesson (a page with Objectives) has at most 1,250 words of prose, counted on
+    its doctree without code, folded parts or the how-tested box. Fix: cut the page, or
+    split it in two; `make html` prints the count."""
     env = app.env
     if not any("objectives" in n["classes"] for n in doctree.findall(nodes.admonition)):
         return
-    source = Path(env.doc2path(env.docname))
-    text = source.read_text()
-    snippets = (Path(env.srcdir) / getattr(env.config, "snippets_dir", "../snippets")).resolve()
-    env.metadata[env.docname]["minutes"] = reading.minutes(text, snippets)
-    count = reading.words(text)
+    env.metadata[env.docname]["minutes"] = reading.minutes(doctree)
+    count = reading.words(doctree)
     if count > reading.BUDGET:
-        logger.warning("%d words of prose, over the budget of %d: cut or split the page",
-                       count, reading.BUDGET, location=env.docname, type="lesson",
-                       subtype="budget")
-    glossary = Path(env.srcdir) / "glossary.md"
-    if glossary.is_file():
-        env.note_dependency(str(glossary))
-        for term, line in reading.unlinked_terms(text, reading.glossary_terms(glossary.read_text())):
-            logger.warning("first use of %r is not a {term} link to the glossary", term,
-                           location=(env.docname, line), type="lesson", subtype="glossary")
+        logger.warning("%d words of prose, over the budget of %d: cut the page or split it "
+                       "in two (make html shows the count)", count, reading.BUDGET,
+                       location=env.docname, type="lesson", subtype="budget")
 
 
 def _docs_in_order(env, doc, seen):
