@@ -1,7 +1,11 @@
 """Show snippets on pages, offer them for download, and refuse snippets no page uses.
 
 ``snippet`` literal-includes a file from ``snippets/`` (path relative to that
-folder), captions it with its name and adds a download link under it.
+folder), captions it with its name and adds a download link under it. With an option
+that picks part of the file (``:pyobject:``, ``:start-at:``, ``:end-before:`` ...) it
+shows an excerpt: captioned "Excerpt of <name> (...)", without a download link, which
+the file's whole view offers (tests/site/test_code_blocks.py keeps code on pages to
+snippets and excerpts).
 ``snippet-output`` shows a captured ``.out`` file. After reading, every file in
 ``snippets/`` must have been included by some page (and, unless it is captured
 output, offered for download); Sphinx's own records of included and
@@ -19,9 +23,10 @@ the build's doctree folder, under ``rendered/``.
 How each page was tested goes into one collapsed box under its title, and nowhere else:
 what the page's ``how-tested`` directive says (the launcher, the processes, the machine,
 what was not run), then, computed here, the releases of PyTorch every snippet of the page
-passed its tests on (``snippets_torch_versions``, harness/torch_versions.py) and which of
-them have run on GPUs, on which GPUs and when (``snippets_gpu_runs``, harness/gpu_report.py).
-A snippet that uses PyTorch (its text names torch) and has no tested release fails the build.
+passed its tests on, as it is now (``snippets_torch_versions``: only the records made for
+its content count, harness/torch_versions.py), and which of them have run on GPUs, on which
+GPUs and when (``snippets_gpu_runs``, harness/gpu_report.py). A snippet that uses PyTorch
+(its text names torch) and has no tested release for its content fails the build.
 
 ``{from-run}`path: regex``` writes into a sentence the text that the regex's group matches
 in the first matching line of a captured output (``path`` relative to ``snippets/``), so a
@@ -29,6 +34,7 @@ sentence that restates a run's figure changes with the run; a regex that no long
 fails the build.
 """
 
+import functools
 import json
 import os
 import re
@@ -44,7 +50,8 @@ from sphinx.util.docutils import SphinxDirective, SphinxRole
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the guide's top folder
 from harness.gpu_report import ran_on_gpus  # noqa: E402
-from harness.torch_versions import key as _key, tested_range  # noqa: E402
+from harness.torch_versions import (  # noqa: E402
+    content, dependencies, key as _key, matching, tested_range)
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +112,16 @@ def _range_text(oldest: str, newest: str) -> str:
 
 def _versions(env) -> dict:
     path = Path(env.srcdir) / env.config.snippets_torch_versions
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return _parsed(path, path.stat().st_mtime_ns) if path.is_file() else {}
+
+
+@functools.lru_cache(maxsize=2)  # once a build, not once a snippet (make bench)
+def _parsed(path: Path, mtime: int) -> dict:
+    return json.loads(path.read_text())
+
+
+#: The options that show part of a file: a snippet with one is an excerpt of the file.
+SELECTION = {"pyobject", "lines", "start-at", "start-after", "end-at", "end-before"}
 
 
 class Snippet(LiteralInclude):
@@ -129,12 +145,27 @@ class Snippet(LiteralInclude):
         else:
             self.arguments[0] = _target(env, path)
         self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
-        self.options.setdefault("caption", Path(path).name)
+        excerpt = self.download and not SELECTION.isdisjoint(self.options)
+        self.options["caption"] = self.caption(path, excerpt)
         result = super().run()
         if self.download:  # the file shown: a job script as the profile renders it
-            result.append(self.download_link(env, path, self.arguments[0]))
+            if not excerpt:  # an excerpt's file is offered where the page shows it whole
+                result.append(self.download_link(env, path, self.arguments[0]))
             result.extend(self.tested_with(env, path))
         return result
+
+    def caption(self, path: str, excerpt: bool) -> str:
+        """The file's name, or the caption given; an excerpt's says it is one, and its
+        caption given must start with the file's name."""
+        name = Path(path).name
+        caption = self.options.get("caption", name)
+        if not excerpt:
+            return caption
+        if not caption.startswith(name):
+            logger.warning("the caption %r of an excerpt of %s does not start with %s",
+                           caption, path, name, location=self.get_location(),
+                           type="snippets", subtype="excerpt")
+        return f"Excerpt of {caption}"
 
     def partition_tabs(self, path: str, centre) -> list:
         """The job script once per partition, in tabs named after them."""
@@ -176,10 +207,15 @@ class Snippet(LiteralInclude):
         return nodes.paragraph("", "", ref, classes=["snippet-download"])
 
     def tested_with(self, env, path: str) -> list:
-        """A marker of the snippet's tested releases, which page_range collects into the
-        page's box; nothing is shown under the snippet itself."""
+        """A marker of the releases the snippet's tests passed on as it is now (records
+        made for other content of it, or of the files it names, do not count), which
+        page_range collects into the page's box; nothing is shown under the snippet."""
         env.note_dependency(str(Path(env.srcdir) / env.config.snippets_torch_versions))
-        found = tested_range(_versions(env).get(path, {}))
+        root = snippets_dir(env)
+        for dependency in dependencies(path, root):  # their edits change its content
+            env.note_dependency(str(root / dependency))
+        records = _versions(env).get(path, {})
+        found = tested_range(matching(records, content(path, root)))
         if found is None:
             text = (snippets_dir(env) / path).read_text(errors="replace")
             if re.search("torch", text, re.IGNORECASE):
@@ -288,7 +324,10 @@ def skip_summary(self, node):
 
 
 class FromRun(SphinxRole):
-    """{from-run}`path: regex`: the regex's group in the first matching line of the output."""
+    """{from-run}`path: regex`: the regex's group in the first matching line of the output.
+
+    Rule: A `{from-run}` figure matches a line of its captured output, with one group.
+    Fix: change the pattern, or the sentence, to what the output now prints."""
 
     def run(self):
         path, _, pattern = self.text.partition(":")
@@ -338,16 +377,27 @@ def merge(app, env, docnames, other):
 
 def check_tested(app, env):
     """One error (with -W, as the Makefile builds, a failed build) naming every snippet that
-    uses PyTorch and has no release its tests passed on."""
+    uses PyTorch and has no release its tests passed on as it is now, with the command
+    that records one.
+
+    Rule: Every snippet that uses PyTorch has a release its tests passed on, recorded for
+    its content now. Fix: `make check SNIPPET=<chapter>/<name>.py`."""
     untested = getattr(env, "snippets_untested", {})
     if untested:
-        where = "; ".join(f"{', '.join(paths)} (on {doc})" for doc, paths in sorted(untested.items()))
-        logger.error("%s has no tested PyTorch release for %s: run their tests (make test), "
-                     "which record the release they ran with", env.config.snippets_torch_versions,
-                     where, type="snippets", subtype="untested")
+        where = "; ".join(f"{path} (on {doc}): make check SNIPPET={path}"
+                          for doc, paths in sorted(untested.items())
+                          for path in dict.fromkeys(paths))
+        logger.error("%s has no tested PyTorch release for the content now of %s (the "
+                     "command reruns the snippet's tests and records the release they pass "
+                     "on)", env.config.snippets_torch_versions, where,
+                     type="snippets", subtype="untested")
 
 
 def check_coverage(app, env):
+    """Rule: Every file under `snippets/` is shown on a page, and offered for download
+    there (an excerpt offers none: show the whole file too, in a dropdown if need be).
+    Fix: show it with a `{snippet}` directive (`{snippet-output}` for a `.out`), or
+    delete it."""
     root = snippets_dir(env)
     src = Path(env.srcdir)
     included = {(src / dep).resolve() for deps in env.dependencies.values() for dep in deps}

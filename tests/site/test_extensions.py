@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import torch_versions
 from harness.launch import ROOT
 
 try:
@@ -22,19 +23,30 @@ sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 CONF = 'extensions = ["myst_parser", "lesson", "snippets"]\nsnippets_dir = "../snippets"\n'
 
 
+def write(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+
+
 def build(tmp_path: Path, pages: dict[str, str], snippets: dict[str, str], conf: str = CONF):
     src, out = tmp_path / "docs", tmp_path / "out"
-    for name, text in {"conf.py": conf, **pages}.items():
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_text(text)
-    for name, text in snippets.items():
-        (tmp_path / "snippets" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "snippets" / name).write_text(text)
+    write(src, {"conf.py": conf, **pages})
+    write(tmp_path / "snippets", snippets)
     warnings = io.StringIO()
     app = Sphinx(src, src, out, out / ".doctrees", "html", status=None, warning=warnings,
                  freshenv=True)
     app.build()
     return warnings.getvalue(), out
+
+
+def records(tmp_path: Path, versions: dict, snippets: dict[str, str]) -> str:
+    """The data file of ``{snippet: {release: outcome}}``, each record made for the
+    snippet's text in ``snippets`` (written where build() writes them)."""
+    write(tmp_path / "snippets", snippets)
+    content = {s: torch_versions.content(s, tmp_path / "snippets") for s in versions}
+    return json.dumps({s: {r: {"outcome": o, "content": content[s]} for r, o in rel.items()}
+                       for s, rel in versions.items()})
 
 
 INDEX = "# Home\n\n```{lesson-table}\n```\n\n```{toctree}\npage\n```\n"
@@ -74,7 +86,8 @@ NOTEBOOK = ('{"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# 
 
 def test_a_notebook_shows_its_code_cells_and_is_offered_and_counted_as_shown(tmp_path):
     page = "# Notebook\n\n```{snippet} ch/nb.ipynb\n```\n"
-    versions = json.dumps({"ch/nb.ipynb": {"2.13.0": "passed"}})
+    versions = records(tmp_path, {"ch/nb.ipynb": {"2.13.0": "passed"}},
+                       {"ch/nb.ipynb": NOTEBOOK})
     warnings, out = build(tmp_path, {"index.md": INDEX, "page.md": page,
                                      "_data/torch_versions.json": versions},
                           {"ch/nb.ipynb": NOTEBOOK})
@@ -101,7 +114,8 @@ VERSIONS = {"ch/old.py": {"2.4.1": "passed", "2.6.0": "passed", "2.13.0": "passe
 def test_each_snippet_and_page_show_the_tested_releases(tmp_path):
     warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
                                      "torch.md": TORCH_PAGE,
-                                     "_data/torch_versions.json": json.dumps(VERSIONS)},
+                                     "_data/torch_versions.json":
+                                         records(tmp_path, VERSIONS, TORCH_SNIPPETS)},
                           TORCH_SNIPPETS)
     # (a second Sphinx in one process warns that its node classes are registered already)
     assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
@@ -126,7 +140,8 @@ def test_each_page_says_which_of_its_scripts_ran_on_gpus(tmp_path):
            "passed": 2, "failed": 0, "skipped": 1}
     gpu_runs = {"ch/old.py": run, "ch/new.py": {**run, "failed": 1}}  # new.py failed there
     _, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"), "torch.md": TORCH_PAGE,
-                              "_data/torch_versions.json": json.dumps(VERSIONS),
+                              "_data/torch_versions.json":
+                                  records(tmp_path, VERSIONS, TORCH_SNIPPETS),
                               "_data/gpu_runs.json": json.dumps(gpu_runs)}, TORCH_SNIPPETS)
     text = re.sub(r"<[^>]+>|\s+", " ", (out / "torch.html").read_text())
     assert ("Run on GPUs: old.py on 1 × NVIDIA H100 80GB HBM3 with PyTorch 2.11.0+cu130 "
@@ -137,11 +152,31 @@ def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
     versions = {k: v for k, v in VERSIONS.items() if k != "ch/new.py"}
     warnings, _ = build(tmp_path, {"index.md": INDEX.replace("page", "torch"),
                                    "torch.md": TORCH_PAGE,
-                                   "_data/torch_versions.json": json.dumps(versions)},
+                                   "_data/torch_versions.json":
+                                       records(tmp_path, versions, TORCH_SNIPPETS)},
                         TORCH_SNIPPETS)
     errors = [line for line in warnings.splitlines() if "ERROR" in line]
     assert len(errors) == 1, warnings  # one error, which -W (the Makefile's) makes fatal
-    assert re.search(r"has no tested PyTorch release for ch/new\.py \(on torch\)", errors[0])
+    assert re.search(r"has no tested PyTorch release for the content now of ch/new\.py "
+                     r"\(on torch\): make check SNIPPET=ch/new\.py", errors[0])
+
+
+def test_an_edited_snippet_shows_only_the_releases_it_passed_since(tmp_path):
+    """The page claims no release for content that did not run on it: new.py, edited,
+    passed on 2.13.0 since; old.py's edit is a comment, which keeps its records."""
+    data = json.loads(records(tmp_path, VERSIONS, TORCH_SNIPPETS))
+    edited = {**TORCH_SNIPPETS, "ch/new.py": "import torch\nprint(torch.ones(1))\n",
+              "ch/old.py": "# [start]\nimport torch  # the library\n"}
+    data["ch/new.py"]["2.13.0"] = json.loads(records(
+        tmp_path, {"ch/new.py": {"2.13.0": "passed"}}, edited))["ch/new.py"]["2.13.0"]
+    _, out = build(tmp_path, {"index.md": INDEX.replace("page", "torch"), "torch.md": TORCH_PAGE,
+                              "_data/torch_versions.json": json.dumps(data)}, edited)
+    box = re.search(r'<details class="how-tested">(.*?)</details>',
+                    (out / "torch.html").read_text(), re.S)[1]
+    box = re.sub(r"<[^>]+>|\s+", " ", box)
+    assert "How this page was tested (PyTorch 2.13.0)" in box  # 2.8.0 to 2.13.0 before
+    assert re.search(r"old\.py: PyTorch 2\.4\.1 to 2\.13\.0 .* new\.py: PyTorch 2\.13\.0 ",
+                     box), box
 
 
 def run_page(sentence: str) -> str:
@@ -167,23 +202,21 @@ def test_a_stale_sentence_fails_the_build(tmp_path):
                      r"'\^world size \(\\\\d\+\)' with one group", warnings), warnings
 
 
-GLOSSARY = "# Glossary\n\n```{glossary}\nrank\n  A process's number.\n```\n"
-
-
 @pytest.mark.parametrize("body, problem", [
-    ("Each rank prints. Each {term}`rank` prints.", "first use of 'rank' is not a {term} link"),
-    ("Each {term}`rank` prints. Each rank prints.", None),
     ("Text. " * 1260, "126[0-9] words of prose, over the budget of 1250"),
+    ("Text. " * 1200 + "\n\n```python\n" + "x = 1\n" * 300 + "```\n", None),  # code: minutes
 ])
-def test_a_lesson_links_its_terms_and_keeps_to_its_budget(tmp_path, body, problem):
+def test_a_lesson_keeps_to_its_budget(tmp_path, body, problem):
+    """The budget counts the doctree's prose; glossary links are a rule of the pages'
+    tests (tests/site/test_pages.py), not of the build."""
     page = f"# Lesson\n\n```{{objectives}}\n- Read.\n```\n\n{body}\n"
-    warnings, _ = build(tmp_path, {"index.md": INDEX.replace("page", "lesson\nglossary"),
-                                   "lesson.md": page, "glossary.md": GLOSSARY}, {})
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "lesson"),
+                                     "lesson.md": page}, {})
     if problem:
-        assert re.search(rf"lesson\.md(:\d+)?: WARNING: {re.escape(problem) if '{' in problem else problem}",
-                         warnings), warnings
+        assert re.search(rf"lesson\.md(:\d+)?: WARNING: {problem}", warnings), warnings
     else:
         assert "lesson.md" not in warnings, warnings
+        assert ">20<" in (out / "index.html").read_text()  # 1,205 words and 300 lines of code
 
 
 def test_a_page_whose_scripts_share_no_release_gives_their_span_by_script():
@@ -204,7 +237,8 @@ def test_a_job_script_is_shown_once_per_partition_of_the_profile(tmp_path):
     each with the script as the profile renders it for that partition and its download;
     for the default profile, one script."""
     profile = ROOT / "profiles" / "two_partitions.toml"
-    page = "# Jobs\n\n```{snippet} ch/job.sbatch\n:start-after: \"--job-name\"\n```\n"
+    page = ("# Jobs\n\n```{snippet} ch/job.sbatch\n```\n\n"
+            "```{snippet} ch/job.sbatch\n:start-after: \"--job-name\"\n```\n")
     conf = (CONF.replace('"snippets"]', '"snippets", "sphinx_design"]')
             + f"centre = {str(profile)!r}\n")
     warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "jobs"), "jobs.md": page},
@@ -212,10 +246,10 @@ def test_a_job_script_is_shown_once_per_partition_of_the_profile(tmp_path):
     assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
     html = (out / "jobs.html").read_text()
     labels = re.findall(r'<label[^>]*class="sd-tab-label"[^>]*>\s*(\S+)\s*</label>', html)
-    assert labels == ["ml", "gpu2"]
+    assert labels == ["ml", "gpu2"] * 2  # the whole script, then an excerpt
     text = re.sub(r"<[^>]+>", "", html)
     assert text.index("--gpus-per-node=a100:4") < text.index("--gpus-per-node=v100:2")
     assert "--partition=gpu2" in text and "--partition=ml" not in text  # ml is the default
-    assert "#!/bin/bash" not in text  # the options reach each tab's script
+    assert text.count("#!/bin/bash") == 2  # the options reach each tab's excerpt
     downloads = sorted(p.read_text() for p in out.glob("_downloads/*/job.sbatch"))
     assert len(downloads) == 2 and "--partition=gpu2" in downloads[0] + downloads[1]
