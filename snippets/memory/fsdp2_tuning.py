@@ -126,7 +126,7 @@ def one_step(model, x, y, clip=None):
     for hook in hooks:
         hook.remove()
     norm = None
-    if clip is not None:  # the gradients are DTensors: the norm of the whole
+    if clip is not None:  # the gradients are DTensors: the norm of the whole model's
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
         norm = norm.full_tensor().item()
     return dict(gathers=comm.count["all-gather"], scatters=comm.count["reduce-scatter"],

@@ -43,17 +43,15 @@ def train_one_epoch(model, loader, optimizer, scaler, device, dtype):
         # autocast covers the forward pass only: matmuls run in `dtype`, weights in fp32
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             out = model(x)
-        loss = nn.functional.mse_loss(
-            out.float(), y
-        )  # the loss in float32, outside autocast
+        # the loss in float32, outside autocast
+        loss = nn.functional.mse_loss(out.float(), y)
         optimizer.zero_grad(set_to_none=True)
-        scaler.scale(
-            loss
-        ).backward()  # fp16: multiply the loss so small gradients survive
-        scaler.step(
-            optimizer
-        )  # unscales the gradients; skips the step if any is inf or NaN
-        scaler.update()  # lowers the scale after a skip, raises it after many good ones
+        # fp16: multiply the loss so small gradients survive
+        scaler.scale(loss).backward()
+        # unscale the gradients; skip the step if any is inf or NaN
+        scaler.step(optimizer)
+        # lower the scale after a skipped step, raise it after many good ones
+        scaler.update()
         total += loss.item()
         batches += 1
     return total / batches
@@ -132,8 +130,10 @@ def main():
                         "scaler": scaler.state_dict(),
                         "epoch": epoch + 1,
                     },
-                    args.checkpoint,
+                    f"{args.checkpoint}.tmp",
                 )
+                # atomic: a job killed while saving keeps the previous checkpoint
+                os.replace(f"{args.checkpoint}.tmp", args.checkpoint)
     finally:
         dist.destroy_process_group()
         time.sleep(0.1)  # gloo's threads let go of their tensors before Python exits

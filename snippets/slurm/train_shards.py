@@ -137,7 +137,9 @@ def main():
             print(f"epoch {epoch}: loss {total[0].item() / total[1].item():.4f} "
                   f"over {int(total[1].item())} samples")
     if dist.get_rank() == 0:
-        torch.save(model.module.state_dict(), args.checkpoint)
+        torch.save(model.module.state_dict(), f"{args.checkpoint}.tmp")
+        # atomic: a job killed while saving keeps the previous checkpoint
+        os.replace(f"{args.checkpoint}.tmp", args.checkpoint)
         print(f"saved {args.checkpoint}")
     dist.destroy_process_group()
     time.sleep(0.1)  # let gloo's threads finish (docs/troubleshooting/crashes.md)

@@ -20,7 +20,9 @@ def test_a_hang_is_killed_at_the_timeout_with_everything_it_started(tmp_path):
     started = time.monotonic()
     result = run(SCRIPTS / "hangs.py", timeout=5, check=False, workdir=tmp_path)
     assert result.timed_out and not result.ok
-    assert time.monotonic() - started < 15
+    # Killed at the timeout, not when its 600 s sleep ends: the margin holds on a machine
+    # so busy that starting and killing the processes take tens of seconds.
+    assert time.monotonic() - started < 60
     assert "now hanging" in result.stdout
     survivors = set(tagged_pids(SESSION_TAG, SESSION_ID)) - before
     assert not survivors, "the child in its own session survived"

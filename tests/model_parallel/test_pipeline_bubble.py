@@ -37,11 +37,19 @@ def ceiling(m):
     return (formula(m) + no_overlap()) / 2
 
 
-@shared
-def result(device):
+#: Runs the idle-time test may take. A busy machine only ever adds idle time (a stage
+#: that waits for a core looks idle), so the least idle of a few runs is the schedule's
+#: own; stages that never overlap stay above the ceiling in every run.
+RUNS = 3
+
+
+def bubble_run(device):
     run_ = run(SNIPPET, launcher="torchrun", nproc=STAGES, env=device.env("bubble"))
     device.assert_ran(STAGES, "bubble", run_)
     return run_
+
+
+result = shared(bubble_run)
 
 
 def parse_table(stdout):
@@ -55,6 +63,12 @@ def parse_table(stdout):
 
 def table(device):
     return parse_table(result(device).stdout)
+
+
+def least_idle(tables):
+    """One table: each row as the run that measured the least idle time had it."""
+    return {name: [min(rows, key=lambda row: row[1]) for rows in zip(*(t[name] for t in tables))]
+            for name in tables[0]}
 
 
 def check_idle_follows_the_formula(table):
@@ -83,8 +97,17 @@ def test_output_matches_the_page():
 
 @on_each_device(gpus=STAGES)
 def test_measured_idle_time_falls_with_more_micro_batches_as_the_formula_says(device):
-    """With NCCL the stages wait for their inputs too, so the same tolerance holds."""
-    check_idle_follows_the_formula(table(device))
+    """With NCCL the stages wait for their inputs too, so the same tolerance holds. On a
+    busy machine, up to RUNS runs."""
+    tables = [table(device)]
+    while True:
+        try:
+            check_idle_follows_the_formula(least_idle(tables))
+            break
+        except AssertionError:
+            if len(tables) == RUNS:
+                raise
+            tables.append(parse_table(bubble_run(device).stdout))
     if device.cuda:
         assert BARRIER_WARNING not in result(device).text
 
@@ -93,7 +116,9 @@ def test_the_check_fails_for_stages_that_take_turns():
     """Stages that wait for each other's whole step leave (p-1)/p idle, whatever m."""
     table = {name: [(m, no_overlap(), formula(m), m) for m in (2, 4, 8)] for name in ("GPipe", "1F1B")}
     with pytest.raises(AssertionError):
-        check_idle_follows_the_formula(table)
+        check_idle_follows_the_formula(least_idle([table, table, table]))
+    pipelined = {name: [(m, formula(m), formula(m), m) for m in (2, 4, 8)] for name in table}
+    check_idle_follows_the_formula(least_idle([table, pipelined]))  # one quiet run is enough
 
 
 def test_1f1b_holds_fewer_micro_batches_than_gpipe():

@@ -13,6 +13,7 @@ from harness.launch import run
 from harness.outputs import BF16, FP16
 from tests.compare import assert_same_state, load
 from tests.devices import on_each_device
+from tests.killed_save import assert_only_plain_save_breaks, run_killed
 from tests.on_gpus import assert_gpu_path
 from tests.performance.reference import full_batch_reference
 
@@ -105,3 +106,19 @@ def test_fp16_with_grad_scaler_resumes_with_its_scale(tmp_path, device):
         # The first steps overflow at 65536 and are skipped; the page explains this.
         assert skipped_by_scaler(scales(first.stdout)[0]) >= 1
     check_fp16(tmp_path, first, resumed)
+
+
+def test_a_kill_while_saving_keeps_the_last_checkpoint(tmp_path):
+    """SIGKILL halfway through writing the second epoch's checkpoint: the first epoch's
+    survives, loads, and the next run resumes from it. The same kill in a copy that saves
+    with a plain torch.save leaves a checkpoint that does not load."""
+    args = ("--precision", "bf16", "--epochs", "2")
+    run_killed(SNIPPET, 2, *args, workdir=tmp_path, launcher="torchrun", nproc=RANKS)
+    assert (tmp_path / "amp_bf16.pt.tmp").exists()  # the half-written one
+    assert load(tmp_path / "amp_bf16.pt")["epoch"] == 1
+    resumed = run_amp(tmp_path, RANKS, *args)
+    assert "resumed from amp_bf16.pt at epoch 1" in resumed.stdout
+    assert "epoch 2: loss" in resumed.stdout and "epoch 1: loss" not in resumed.stdout
+    assert load(tmp_path / "amp_bf16.pt")["epoch"] == 2
+    assert_only_plain_save_breaks(SNIPPET, "amp_bf16.pt", 2, *args, folder=tmp_path / "plain",
+                                  launcher="torchrun", nproc=RANKS)

@@ -12,6 +12,7 @@ from harness.launch import run
 from harness.slurm_env import SRUN_OR_TORCHRUN
 from tests.compare import load, saved_from
 from tests.devices import on_each_device
+from tests.killed_save import assert_only_plain_save_breaks, run_killed
 from tests.slurm.shards import SHARDS, SNIPPET, assert_trained, make_shards, reads
 from tests.slurm.started_by import assert_reads_its_launcher
 
@@ -44,3 +45,24 @@ def test_each_rank_reads_its_own_shards(tmp_path, device):
     assert load(tmp_path / "checkpoint.pt")
     if device.cuda:
         assert saved_from(tmp_path / "checkpoint.pt") == {"cuda:0"}
+
+
+def test_a_kill_while_saving_keeps_the_last_checkpoint(tmp_path):
+    """A second run, killed by SIGKILL halfway through writing its checkpoint, leaves the
+    first run's checkpoint as it was, and it loads; a third run replaces it. The same
+    kill in a copy that saves with a plain torch.save leaves a checkpoint that does not
+    load."""
+    make_shards(tmp_path)
+    data = ("--data", "project/shards")
+    run(SNIPPET, *data, "--epochs", "1", launcher="torchrun", nproc=2, workdir=tmp_path)
+    first = (tmp_path / "checkpoint.pt").read_bytes()
+    run_killed(SNIPPET, 1, *data, workdir=tmp_path, launcher="torchrun", nproc=2)
+    assert (tmp_path / "checkpoint.pt.tmp").exists()  # the half-written one
+    assert (tmp_path / "checkpoint.pt").read_bytes() == first
+    assert load(tmp_path / "checkpoint.pt")
+    again = run(SNIPPET, *data, launcher="torchrun", nproc=2, workdir=tmp_path)
+    assert "saved checkpoint.pt" in again.stdout
+    assert (tmp_path / "checkpoint.pt").read_bytes() != first
+    assert not (tmp_path / "checkpoint.pt.tmp").exists()
+    assert_only_plain_save_breaks(SNIPPET, "checkpoint.pt", 1, *data, folder=tmp_path,
+                                  launcher="torchrun", nproc=2)
