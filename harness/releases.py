@@ -5,9 +5,11 @@ Only on request (``make releases``, or the flag): a plain test run leaves the wo
 it was. A test file counts when it ran whole (no -k, no test ids, no marker expression but
 the Makefile's, no --lf, --deselect, --only-compared or --claimed-by, no UPDATE_OUTPUTS);
 its snippets are recorded "passed" when all its tests that ran passed and none was skipped
-other than for want of GPUs or of an older PyTorch, "failed" when one failed. A file's
-snippets are recorded as soon as its tests have finished, so an interrupted session keeps
-the files it finished. This is the CPU record; the GPU record is harness/gpu_report.py's.
+other than for want of GPUs or of an older PyTorch, "failed" when one failed, each for the
+content it had when the tests were collected (an edit during the session is not what ran).
+A file's snippets are recorded as soon as its tests have finished, so an interrupted
+session keeps the files it finished. This is the CPU record; the GPU record is
+harness/gpu_report.py's.
 """
 
 import os
@@ -21,6 +23,7 @@ from harness import torch_versions
 _outcomes: dict[str, set[str]] = {}
 _totals: dict[str, int] = {}
 _finished: dict[str, int] = {}
+_contents: dict[str, str] = {}  # per snippet: its content hash when the tests were collected
 _RECORDING: dict = {}  # "on": True in the process that runs a recording session
 
 
@@ -60,6 +63,9 @@ def _count(nodeids) -> None:
         for nodeid in nodeids:
             path = nodeid.split("::")[0]
             _totals[path] = _totals.get(path, 0) + 1
+        if _RECORDING:
+            _contents.update((snippet, torch_versions.content(snippet))
+                             for path in _totals for snippet in torch_versions.snippets_of(path))
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, in the process that runs it
@@ -103,4 +109,4 @@ def record(paths) -> None:
         for snippet in torch_versions.snippets_of(path):
             results[snippet] = outcome
     if results:
-        torch_versions.record(results, torch_versions.torch_release())
+        torch_versions.record(results, torch_versions.torch_release(), contents=_contents)

@@ -1,11 +1,35 @@
-"""Which releases of PyTorch each snippet's tests passed on: recorded by the test runs.
+"""Which releases of PyTorch each snippet's tests passed on, and for which content of it.
 
 After a test session run with --record-releases (``make releases``; harness/releases.py),
-every snippet whose test file ran whole (not a selection of its tests) gets an entry for the release of torch the session ran with: ``"passed"`` when
-none of its tests failed and none was skipped other than for want of GPUs, ``"failed"``
-when one failed. The entries live in one JSON file, docs/_data/torch_versions.json,
-which no one edits by hand: ``make releases TORCH=2.X.Y`` adds the entries of another release,
-and the site shows each snippet's range from it (docs/_ext/snippets.py).
+every snippet whose test file ran whole (not a selection of its tests) gets a record for
+the release of torch the session ran with: its outcome, ``"passed"`` when none of its
+tests failed and none was skipped other than for want of GPUs, ``"failed"`` when one
+failed, and the content it was made for (``content``). The records live in one JSON file,
+docs/_data/torch_versions.json, one line each, which no one edits by hand: ``make releases
+TORCH=2.X.Y PYTEST_ARGS=tests`` adds the records of another release.
+
+Only the records made for a snippet's content as it is now count (``current``): the site
+shows each snippet's range from them (docs/_ext/snippets.py), and the claims below come
+from them. An edited snippet keeps its older records in the file, unshown, and shows only
+the releases it passed since, until it is recorded again.
+
+A snippet's content is a hash of its text and of the text of every file of its folder in
+snippets/ whose name it contains, and so on for what those name: a job script starts
+``train.py``, a script reads ``ds_config_zero2.json``, each by its name, from its own
+folder, as the reader will. A name in a docstring counts too: one file too many only
+costs a record. What is hashed:
+
+- Python: the text without its comments and without the lines that hold nothing else
+  (found by tokenize), so that a marker comment a page's excerpt starts at, or a reworded
+  comment, keeps the records: comments neither run nor print (only a traceback's line
+  numbers move, and they do not depend on the release). Docstrings count: a script may
+  print them. Python 3.9 to 3.13 find the same comments, so give the same hash.
+- A notebook: its code cells, as they are (they hold shell and IPython lines).
+- Anything else, every byte: in a job script, ``#SBATCH`` lines and the centre profile's
+  ``#>cluster`` markers are comments that count.
+
+Captured outputs (``.out``) and tests are not part of it: a record says which releases the
+code a reader copies ran on.
 
 A snippet's *claim* is the oldest release its tests passed on, from which on they passed
 on every release tried up to the newest one they passed on.
@@ -14,11 +38,15 @@ on every release tried up to the newest one they passed on.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import io
 import json
 import os
 import re
 import subprocess
+import tokenize
 from contextlib import contextmanager
+from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
 
@@ -43,9 +71,85 @@ def torch_release() -> str:
     return version("torch").split("+")[0]
 
 
-def load(path: Path | None = None) -> dict[str, dict[str, str]]:
+def load(path: Path | None = None) -> dict[str, dict[str, dict[str, str]]]:
+    """Every record: ``{snippet: {release: {"outcome": ..., "content": ...}}}``."""
     path = path or data_file()
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+#: Tokens that are no code of their own (their place differs between Pythons).
+_LAYOUT = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+def _python(text: str) -> str:
+    """Python text without its comments and the lines that hold nothing else."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return text
+    lines, kept = text.split("\n"), set()
+    for token in tokens:
+        if token.type == tokenize.COMMENT:
+            row, column = token.start
+            lines[row - 1] = lines[row - 1][:column]
+        elif token.type not in _LAYOUT:  # code, a string: every row it spans
+            kept.update(range(token.start[0], token.end[0] + 1))
+    return "\n".join(lines[row - 1].rstrip() for row in sorted(kept))
+
+
+def _hashed(file: Path) -> str:
+    """The part of a file its content hash covers (the module's docstring says why)."""
+    stat = file.stat()
+    return _hashed_once(file, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=None)  # a build hashes train.py for each job script that starts it
+def _hashed_once(file: Path, mtime_ns: int, size: int) -> str:
+    text = file.read_text(encoding="utf-8")
+    if file.suffix == ".py":
+        return _python(text)
+    if file.suffix == ".ipynb":
+        return "\n\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"]
+                            if cell["cell_type"] == "code")
+    return text
+
+
+def dependencies(snippet: str, root: Path = SNIPPETS) -> list[str]:
+    """The files of the snippet's folder it names, those they name, and so on."""
+    file = root / snippet
+    names = sorted(p.name for p in file.parent.iterdir()
+                   if p.is_file() and p.suffix != ".out" and not p.name.startswith("."))
+    found, todo = {file.name}, [file.name]
+    while todo:
+        text = _hashed(file.parent / todo.pop())
+        for name in names:
+            if name not in found and name in text and re.search(
+                    rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text):
+                found.add(name)
+                todo.append(name)
+    folder = Path(snippet).parent
+    return sorted((folder / name).as_posix() for name in found - {file.name})
+
+
+def content(snippet: str, root: Path = SNIPPETS) -> str:
+    """The hash of the snippet and what it names, as ``root`` holds them now."""
+    digest = hashlib.sha256()
+    for name in [snippet, *dependencies(snippet, root)]:
+        digest.update(f"{name}\0{_hashed(root / name)}\0".encode())
+    return digest.hexdigest()[:12]
+
+
+def matching(records: dict[str, dict[str, str]], now: str) -> dict[str, str]:
+    """``{release: outcome}`` of the records made for content ``now``."""
+    return {release: r["outcome"] for release, r in records.items() if r["content"] == now}
+
+
+def current(data: dict | None = None, root: Path = SNIPPETS) -> dict[str, dict[str, str]]:
+    """``{snippet: {release: outcome}}`` of the records made for each snippet as it is."""
+    data = load() if data is None else data
+    found = {snippet: matching(records, content(snippet, root))
+             for snippet, records in data.items() if (root / snippet).is_file()}
+    return {snippet: releases for snippet, releases in found.items() if releases}
 
 
 @contextmanager
@@ -56,16 +160,28 @@ def _locked(path: Path):
         yield
 
 
-def record(results: dict[str, str], release: str, path: Path | None = None) -> None:
-    """Add ``{snippet: "passed" or "failed"}`` for ``release`` to the data file."""
+def _dumps(data: dict) -> str:
+    """The records as JSON, one line each, oldest release first: a diff shows records."""
+    def block(snippet, records):
+        lines = [f"  {json.dumps(release)}: {json.dumps(records[release])}"
+                 for release in sorted(records, key=key)]
+        return f" {json.dumps(snippet)}: {{\n" + ",\n".join(lines) + "\n }"
+    return "{\n" + ",\n".join(block(s, data[s]) for s in sorted(data)) + "\n}\n"
+
+
+def record(results: dict[str, str], release: str, path: Path | None = None,
+           contents: dict[str, str] | None = None) -> None:
+    """Record ``{snippet: "passed" or "failed"}`` for ``release``, each for the content
+    ``contents`` gives (its hash when the tests started), else for its content now."""
     path = path or data_file()
     with _locked(path):
         data = load(path)
         for snippet, outcome in results.items():
-            data.setdefault(snippet, {})[release] = outcome
-        ordered = {s: dict(sorted(r.items(), key=lambda kv: key(kv[0])))
-                   for s, r in sorted(data.items())}
-        path.write_text(json.dumps(ordered, indent=1) + "\n")
+            made_for = (contents or {}).get(snippet) or content(snippet)
+            data.setdefault(snippet, {})[release] = {"outcome": outcome, "content": made_for}
+        text = _dumps(data)
+        if not path.is_file() or path.read_text() != text:  # else a no-op build re-reads
+            path.write_text(text)                            # every page that shows one
 
 
 def tested_range(releases: dict[str, str]) -> tuple[str, str] | None:
@@ -84,10 +200,10 @@ def tested_range(releases: dict[str, str]) -> tuple[str, str] | None:
     return oldest, newest
 
 
-def claims(data: dict | None = None) -> dict[str, str]:
-    """Each snippet's oldest release in its tested range."""
-    data = load() if data is None else data
-    return {s: r[0] for s, r in ((s, tested_range(rel)) for s, rel in data.items()) if r}
+def claims(releases: dict | None = None) -> dict[str, str]:
+    """Each snippet's oldest release in its tested range, from ``current()`` records."""
+    releases = current() if releases is None else releases
+    return {s: r[0] for s, r in ((s, tested_range(rel)) for s, rel in releases.items()) if r}
 
 
 def snippets_of(test_file: str) -> list[str]:
@@ -136,9 +252,9 @@ def run_on_older(script: str, needs: str, args: tuple[str, ...] = ()) -> subproc
     return result
 
 
-def oldest_claim(data: dict | None = None) -> str | None:
-    """The oldest release any snippet claims."""
-    return min(claims(data).values(), key=key, default=None)
+def oldest_claim(releases: dict | None = None) -> str | None:
+    """The oldest release any snippet claims for its content now."""
+    return min(claims(releases).values(), key=key, default=None)
 
 
 if __name__ == "__main__":  # python3 -m harness.torch_versions oldest  (for .ci/run)

@@ -1,5 +1,6 @@
 """harness/releases.py: the releases of PyTorch are recorded on request only, for whole
-test files, in the file harness/torch_versions.py names."""
+test files, each for the content of the snippet that ran, in the file
+harness/torch_versions.py names."""
 
 import json
 import os
@@ -12,6 +13,12 @@ from harness.launch import ROOT
 #: A test file named after a real snippet (snippets/cheatsheet/debug.sbatch), in a folder
 #: of its own, so that the session is fast and records into a file of its own.
 TEST_FILE = "tests/cheatsheet/test_debug.py"
+SNIPPET = "cheatsheet/debug.sbatch"
+
+
+def records(outcome: str) -> dict:
+    return {SNIPPET: {torch_versions.torch_release(): {
+        "outcome": outcome, "content": torch_versions.content(SNIPPET)}}}
 
 
 def run_pytest(tmp_path, *args, passes=True):
@@ -36,12 +43,13 @@ def test_a_plain_run_records_nothing(tmp_path):
 def test_the_flag_records_the_release_the_tests_ran_with(tmp_path):
     done, recorded = run_pytest(tmp_path, "--record-releases")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert recorded == {"cheatsheet/debug.sbatch": {torch_versions.torch_release(): "passed"}}
+    assert recorded == records("passed")
+    assert torch_versions.current(recorded) == {SNIPPET: {torch_versions.torch_release(): "passed"}}
 
 
 def test_a_failed_test_records_a_failure(tmp_path):
     _, recorded = run_pytest(tmp_path, "--record-releases", passes=False)
-    assert recorded == {"cheatsheet/debug.sbatch": {torch_versions.torch_release(): "failed"}}
+    assert recorded == records("failed")
 
 
 def test_a_selection_cannot_be_recorded(tmp_path):
