@@ -15,6 +15,8 @@ PYTEST_ARGS ?=
 # that share runs); JOBS=0 runs them one by one.
 JOBS ?= 3
 PARALLEL = -n $(JOBS) --dist loadscope
+# make outputs and make releases rerun every test (15 minutes) only when asked to.
+NEEDS_SELECTION = $(if $(strip $(PYTEST_ARGS)),,$(error make $@ needs PYTEST_ARGS=tests/<chapter>/test_<name>.py (PYTEST_ARGS=tests: every test; one snippet: make check SNIPPET=<chapter>/<name>.py)))
 # What make outputs records: 1, each output and its command; commands, only the commands
 # (each output must still compare as in make test).
 OUTPUTS ?= 1
@@ -24,17 +26,21 @@ CENTRE ?=
 export CENTRE
 CHECK_CENTRE = $(BIN)/python -m harness.profile $(CENTRE)
 
-.PHONY: venv help html livehtml spelling linkcheck test releases test-gpu rehearse test-extras test-browser outputs bench clean
+.PHONY: venv help html livehtml spelling linkcheck test releases test-gpu rehearse test-extras test-browser outputs bench clean new-lesson check
 
 help:
+	@echo "make new-lesson CHAPTER=c NAME=n  write a page, a snippet and a test that pass every check"
+	@echo "make check SNIPPET=c/n.py  after editing a snippet: its tests, its output, its release,"
+	@echo "                the site and the page checks (CONTRIBUTING.md lists every rule)"
 	@echo "make html       build the site into $(BUILD)/html"
 	@echo "                (CENTRE=profiles/x.toml: for that centre's cluster, also for make test)"
 	@echo "make test       run every test this machine can run"
 	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
+	@echo "make releases PYTEST_ARGS=tests/c/test_n.py  record the release those tests pass on"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation); report in gpu-report/"
 	@echo "                (PYTHON=python3: in that Python as it is, installing nothing)"
 	@echo "make rehearse   run the tests' one-GPU cases on the CPU (tools/gpu-check runs them on a GPU)"
-	@echo "make outputs    rerun the snippets and recapture the output the pages show"
+	@echo "make outputs PYTEST_ARGS=tests/c/test_n.py  recapture the outputs of those tests' snippets"
 	@echo "make outputs OUTPUTS=commands  rewrite only the command above each output"
 	@echo "make spelling   spell-check the pages (en_GB)"
 	@echo "make linkcheck  check internal links"
@@ -85,6 +91,7 @@ test: $(STAMP)
 # The same tests, recording which release of torch each snippet's tests passed on in
 # docs/_data/torch_versions.json (harness/releases.py): a plain test run never writes it.
 releases: $(STAMP)
+	$(NEEDS_SELECTION)
 	@$(CHECK_CENTRE)
 	$(BIN)/pytest -m "not extras" --record-releases $(PARALLEL) $(PYTEST_ARGS)
 
@@ -113,7 +120,24 @@ test-browser: $(STAMP)
 	$(BIN)/pytest -m browser $(PYTEST_ARGS)
 
 outputs: $(STAMP)
+	$(NEEDS_SELECTION)
 	UPDATE_OUTPUTS=$(OUTPUTS) $(BIN)/pytest -m "not multigpu" $(PARALLEL) $(PYTEST_ARGS)
+
+# One snippet after an edit (SNIPPET=chapter/name.py): recapture its outputs, rerun its
+# whole test file to record its release (a recapturing run records nothing), then build
+# the site and run the page checks.
+SNIPPET_TEST = tests/$(dir $(SNIPPET))test_$(basename $(notdir $(SNIPPET))).py
+check: $(STAMP)
+	$(if $(and $(SNIPPET),$(wildcard snippets/$(SNIPPET))),,$(error make check needs SNIPPET=<chapter>/<name>.py: a file in snippets/ (make new-lesson writes one)))
+	$(if $(wildcard $(SNIPPET_TEST)),,$(error make check needs $(SNIPPET_TEST): the test of snippets/$(SNIPPET)))
+	@$(CHECK_CENTRE)
+	UPDATE_OUTPUTS=1 $(BIN)/pytest -m "not multigpu" -q $(SNIPPET_TEST)
+	$(BIN)/pytest --record-releases -q $(SNIPPET_TEST)
+	$(SPHINX) $(SPHINXOPTS) -b html $(DOCS) $(BUILD)/html
+	$(BIN)/pytest -q tests/site
+
+new-lesson: $(STAMP)
+	$(BIN)/python tools/new_lesson.py "$(CHAPTER)" "$(NAME)"
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)

@@ -539,7 +539,11 @@ def _in_container(text: str, profile: Profile) -> str:
 def render(text: str, profile: Profile | None = None, where: str = "job script",
            partition: str | None = None) -> str:
     """The job script ``text`` for ``profile``'s ``partition`` (None: its first, the one
-    the pages show first and the tests submit to), without its marker lines."""
+    the pages show first and the tests submit to), without its marker lines.
+
+    Rule: A job script marks its cluster lines with `#>cluster` ... `#<cluster` and its
+    software lines with `#>environment` ... `#<environment`. Fix: add the markers as the
+    example in "Add a page, a snippet and its test" shows."""
     profile = profile or load()
     part = profile.partition_named(partition)
     if not has_markers(text):

@@ -17,31 +17,42 @@ def test_there_are_snippets():
 
 
 def test_every_snippet_has_a_test_that_names_it():
+    """Rule: Every snippet `snippets/<chapter>/<name>.*` has a test file
+    `tests/<chapter>/test_<name>.py` that names it (`"<chapter>/<name>.py"`). Fix: `make
+    new-lesson CHAPTER=<chapter> NAME=<name>` writes a snippet with its test and page."""
     missing = []
     for path in snippet_files():
         rel = path.relative_to(SNIPPETS)
         test = mirror_test(path)
         if not test.is_file():
-            missing.append(f"{rel}: no {test.relative_to(ROOT)}")
+            missing.append(f"{rel}: no {test.relative_to(ROOT)} (make new-lesson writes "
+                           "one to start from)")
         elif rel.as_posix() not in test.read_text():
-            missing.append(f"{rel}: {test.relative_to(ROOT)} never names it")
+            missing.append(f"{rel}: {test.relative_to(ROOT)} never names it: run it there "
+                           f'with run("{rel.as_posix()}", ...)')
     assert not missing, "\n".join(missing)
 
 
 def test_every_captured_output_belongs_to_a_snippet():
+    """Rule: Every captured output `<name>.out` (or `<name>.<variant>.out`) sits beside
+    its snippet `<name>.*`. Fix: delete the outputs of a snippet you removed or renamed,
+    then `make check SNIPPET=<chapter>/<name>.py` captures the new ones."""
     orphans = []
     for out in sorted(SNIPPETS.rglob("*.out")):
         stem = out.name.split(".")[0]
         if not any(p.stem == stem and p.suffix != ".out" for p in out.parent.iterdir()):
             orphans.append(str(out.relative_to(ROOT)))
-    assert not orphans, orphans
+    assert not orphans, f"outputs of no snippet (delete them): {orphans}"
 
 
 def test_snippet_lines_fit_the_page():
-    """Lines of at most 88 characters show without scrolling sideways."""
+    """Lines of at most 88 characters show without scrolling sideways.
+
+    Rule: No line of a snippet is longer than 88 characters. Fix: wrap the lines the
+    failure lists."""
     long = [f"{p.relative_to(ROOT)}:{n}" for p in snippet_files()
             for n, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 88]
-    assert not long, long
+    assert not long, f"wrap these lines at 88 characters: {long}"
 
 
 #: Snippets without a GPU test of their own, and why.
@@ -80,7 +91,12 @@ def multigpu_tests(test: Path, gpus: int | None = None) -> list[set[str]]:
 
 def test_every_snippet_has_a_gpu_test():
     """So that one run of snippets/slurm/gpu_tests.sbatch on a GPU node proves every page.
-    Where a script and its job script share a test file, a GPU test must name the job script."""
+    Where a script and its job script share a test file, a GPU test must name the job script.
+
+    Rule: Every snippet has a test that also runs on GPUs: decorated with
+    `@on_each_device(gpus=2)` (`tests/devices.py`) or marked `multigpu(n)`; a job script
+    that shares its script's test file is named in one. Fix: decorate the test as
+    `make new-lesson`'s test is, or list the snippet in `NO_GPU_TEST` with the reason."""
     by_test: dict[Path, list[Path]] = {}
     for path in snippet_files():
         if path.relative_to(SNIPPETS).as_posix() not in NO_GPU_TEST:
@@ -95,7 +111,8 @@ def test_every_snippet_has_a_gpu_test():
             shares = len(paths) > 1 and path.suffix != ".py"  # the job script of a .py
             if not tests or shares and not any(rel in named for named in tests):
                 missing.append(f"{rel}: no multigpu test in {test.relative_to(ROOT)}"
-                               + (" names it" if tests else ""))
+                               + (" names it" if tests else "") + ": decorate one with "
+                               "@on_each_device(gpus=2) (tests/devices.py)")
     assert not missing, "\n".join(missing)
 
 
@@ -119,8 +136,14 @@ NO_ONE_GPU_CASE = {
 
 
 def test_every_script_that_runs_as_one_process_has_a_one_gpu_case():
-    """So that one GPU for a few minutes (tools/gpu-check) runs every script's CUDA path."""
-    missing = [f"{rel}: no multigpu(1) test in {mirror_test(path).relative_to(ROOT)}"
+    """So that one GPU for a few minutes (tools/gpu-check) runs every script's CUDA path.
+
+    Rule: Every Python snippet has a one-GPU case: `@on_each_device(gpus=2,
+    one_gpu=True)`, with `device.ranks(n)` processes. Fix: add `one_gpu=True` (`make
+    rehearse` runs the case on the CPU), or list the script in `NO_ONE_GPU_CASE` with
+    the reason."""
+    missing = [f"{rel}: no multigpu(1) test in {mirror_test(path).relative_to(ROOT)}: "
+               "add one_gpu=True to its @on_each_device and start device.ranks(n) processes"
                for path in snippet_files() if path.suffix == ".py"
                and (rel := path.relative_to(SNIPPETS).as_posix()) not in NO_ONE_GPU_CASE
                and not multigpu_tests(mirror_test(path), gpus=1)]
@@ -153,22 +176,36 @@ NEEDS_LESS = {
 
 def test_a_script_that_failed_on_an_older_release_asks_for_the_oldest_that_passed():
     """A Python snippet whose tests failed on a release older than its tested range
-    (docs/_data/torch_versions.json) has a guard, and every guard asks for the first
-    release of the snippet's range: what the page says and what the script checks agree
-    (NEEDS_LESS lists the exceptions and why)."""
-    data, claims, found = torch_versions.load(), torch_versions.claims(), guards()
+    (docs/_data/torch_versions.json, the records made for its content now) has a guard;
+    a guard lets no release run the script on which its tests failed, and refuses none in
+    its tested range: what the page says and what the script checks agree (NEEDS_LESS
+    lists the exceptions and why). Between the two, releases with no record for the
+    content now (such as one that can no longer be installed) are untested, not failed.
+
+    Rule: A Python snippet whose tests failed on a release older than its range starts
+    with `NEEDS = "X.Y"`, newer than every release it failed on and no newer than the first
+    of its range. Fix: add or correct its `NEEDS` line, or list it in `NEEDS_LESS` with
+    the reason."""
+    data = torch_versions.current()
+    claims, found = torch_versions.claims(data), guards()
+    key = torch_versions.key
     problems = []
     for snippet, releases in sorted(data.items()):
         claim = claims.get(snippet)
         if not snippet.endswith(".py") or claim is None or snippet in NEEDS_LESS:
             continue
-        wanted = ".".join(claim.split(".")[:2])
         failed = [r for r, state in releases.items()
-                  if state == "failed" and torch_versions.key(r) < torch_versions.key(claim)]
-        if snippet in found and found[snippet] != wanted:
-            problems.append(f"{snippet}: NEEDS = \"{found[snippet]}\", its range starts at {claim}")
-        elif failed and snippet not in found:
-            problems.append(f"{snippet}: failed on {', '.join(failed)}, has no NEEDS guard")
+                  if state == "failed" and key(r) < key(claim)]
+        needs = found.get(snippet)
+        if needs is None:
+            if failed:
+                problems.append(f"{snippet}: failed on {', '.join(failed)}, has no NEEDS guard")
+        elif key(needs) > key(claim):
+            problems.append(f"{snippet}: NEEDS = \"{needs}\" refuses {claim}, where its "
+                            f"range starts")
+        elif allowed := [r for r in failed if key(r) >= key(needs)]:
+            problems.append(f"{snippet}: NEEDS = \"{needs}\" lets {', '.join(allowed)} run "
+                            f"it, where its tests failed")
     assert not problems, "\n".join(problems)
 
 
@@ -178,7 +215,10 @@ NEEDS_NOTE = re.compile(r"`(\w+\.py)`(?: needs PyTorch)? (\d+\.\d+)\b")
 
 
 def test_a_page_names_the_release_its_script_asks_for():
-    """A page that says which release a script needs names the script's own NEEDS."""
+    """A page that says which release a script needs names the script's own NEEDS.
+
+    Rule: A page's "`x.py` needs PyTorch 2.8" names the release of the script's `NEEDS`
+    line. Fix: change the page or the script's `NEEDS` so that they agree."""
     found = {Path(snippet).name: needs for snippet, needs in guards().items()}
     notes = [(page.relative_to(ROOT), script, release)
              for page in sorted((ROOT / "docs").rglob("*.md"))
@@ -206,16 +246,23 @@ def test_on_an_older_pytorch_a_guarded_script_stops_at_once_with_one_line(script
 
 def test_ports_derived_from_the_job_id_stay_below_the_ephemeral_range():
     """A port `A + SLURM_JOB_ID % M` stays below 32768, where Linux picks the ports of
-    outgoing connections (one of which may hold it: EADDRINUSE, seen in CI at 33268)."""
+    outgoing connections (one of which may hold it: EADDRINUSE, seen in CI at 33268).
+
+    Rule: A port `A + SLURM_JOB_ID % M` in a snippet stays below 32768. Fix: lower `A`
+    or `M` in the snippet."""
     found = [(p.relative_to(SNIPPETS).as_posix(), int(a) + int(m) - 1)
              for p in snippet_files()
              for a, m in re.findall(r"(\d+) \+ SLURM_JOB_ID % (\d+)", p.read_text())]
-    assert found and all(top < 32768 for _, top in found), found
+    assert found and all(top < 32768 for _, top in found), (
+        f"(snippet, highest port): lower A or M where it is 32768 or more: {found}")
 
 
 def test_a_test_names_the_page_that_shows_its_snippet():
     """A test's docstring that says on which page its snippet is shown is right: a maintainer
-    goes from the test to the page in one step, also after a page is split."""
+    goes from the test to the page in one step, also after a page is split.
+
+    Rule: A test file whose docstring starts "snippets/<file>, shown on docs/<page>.md"
+    names a page that shows that file. Fix: name the page that shows it now."""
     wrong = []
     for test in sorted((ROOT / "tests").rglob("test_*.py")):
         named = re.match(r'"""snippets/(\S+?)[,:]?(?: and [^,]*?)?,?\s+(?:shown\s+)?on\s+(docs/\S+?\.md)',
