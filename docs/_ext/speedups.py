@@ -84,7 +84,11 @@ def keep_compiled_templates(app):
 
 
 def skip_collection_at_exit(app, exception):
+    """The build's objects are left out of later collections (the exit's among them), and
+    the collector runs again for whatever runs after the build in this process (a test
+    that builds a site, sphinx-autobuild)."""
     gc.freeze()
+    gc.enable()
 
 
 def setup(app):
