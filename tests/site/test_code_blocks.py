@@ -434,23 +434,3 @@ def test_a_renamed_function_fails_its_page(tmp_path):
     assert unknown_names("x.md", page, [renamed]) == [
         "x.md: `request_stop()` is in none of the page's snippets: correct the name, or list "
         "it in NAMED of tests/site/test_code_blocks.py with why"]
-
-
-# Excerpts on the page ------------------------------------------------------------------------
-
-def test_an_excerpt_says_so_and_adds_no_second_download(tmp_path):
-    pytest.importorskip("sphinx")
-    from tests.site.test_extensions import INDEX, build
-    script = "def step():\n    return 1\n\n\ndef main():\n    step()\n"
-    page = ("# A page\n\n```{snippet} ch/used.py\n:pyobject: step\n```\n\n"
-            "```{snippet} ch/used.py\n:start-at: def main\n:caption: used.py (main)\n```\n\n"
-            "```{snippet} ch/used.py\n```\n\n```{snippet} ch/used.py\n:pyobject: main\n"
-            ":caption: main()\n```\n")
-    warnings, out = build(tmp_path, {"index.md": INDEX, "page.md": page},
-                          {"ch/used.py": script})
-    html = (out / "page.html").read_text()
-    assert re.findall(r'class="caption-text">([^<]*)<', html) == [
-        "Excerpt of used.py", "Excerpt of used.py (main)", "used.py", "Excerpt of main()"]
-    assert html.count("reference download internal") == 1
-    assert "the caption 'main()' of an excerpt of ch/used.py does not start with used.py" \
-        in warnings

@@ -13,6 +13,7 @@ from harness.launch import ROOT
 
 try:
     from sphinx.application import Sphinx
+    from sphinx.util.docutils import docutils_namespace
 except ImportError:  # a GPU machine's own Python, say: skipped, and no half-imported
     for name in [m for m in sys.modules if m.split(".")[0] == "sphinx"]:
         del sys.modules[name]  # package left behind (SciPy's docstrings look for it)
@@ -34,9 +35,10 @@ def build(tmp_path: Path, pages: dict[str, str], snippets: dict[str, str], conf:
     write(src, {"conf.py": conf, **pages})
     write(tmp_path / "snippets", snippets)
     warnings = io.StringIO()
-    app = Sphinx(src, src, out, out / ".doctrees", "html", status=None, warning=warnings,
-                 freshenv=True)
-    app.build()
+    with docutils_namespace():  # as sphinx-build: what a build registers goes with it
+        app = Sphinx(src, src, out, out / ".doctrees", "html", status=None,
+                     warning=warnings, freshenv=True)
+        app.build()
     return warnings.getvalue(), out
 
 
@@ -253,3 +255,19 @@ def test_a_job_script_is_shown_once_per_partition_of_the_profile(tmp_path):
     assert text.count("#!/bin/bash") == 2  # the options reach each tab's excerpt
     downloads = sorted(p.read_text() for p in out.glob("_downloads/*/job.sbatch"))
     assert len(downloads) == 2 and "--partition=gpu2" in downloads[0] + downloads[1]
+
+
+def test_an_excerpt_says_so_and_adds_no_second_download(tmp_path):
+    script = "def step():\n    return 1\n\n\ndef main():\n    step()\n"
+    page = ("# A page\n\n```{snippet} ch/used.py\n:pyobject: step\n```\n\n"
+            "```{snippet} ch/used.py\n:start-at: def main\n:caption: used.py (main)\n```\n\n"
+            "```{snippet} ch/used.py\n```\n\n```{snippet} ch/used.py\n:pyobject: main\n"
+            ":caption: main()\n```\n")
+    warnings, out = build(tmp_path, {"index.md": INDEX, "page.md": page},
+                          {"ch/used.py": script})
+    html = (out / "page.html").read_text()
+    assert re.findall(r'class="caption-text">([^<]*)<', html) == [
+        "Excerpt of used.py", "Excerpt of used.py (main)", "used.py", "Excerpt of main()"]
+    assert html.count("reference download internal") == 1
+    assert "the caption 'main()' of an excerpt of ch/used.py does not start with used.py" \
+        in warnings
