@@ -120,6 +120,9 @@ EXAMPLES = {
     "70b-offload": ["--params", "70B", "--gpus", "8", "--gpu-memory", "80", "--offload"],
     "70b-32": ["--params", "70B", "--gpus", "32", "--gpu-memory", "80", "--strategy", "fsdp2",
                "zero3"],
+    # docs/recipes/fine_tune.md: a 7B model on one node of 40 GB A100s
+    "7b-a100": ["--params", "7B", "--gpus", "8", "--gpu-memory", "40", "--strategy", "ddp",
+                "fsdp2"],
 }
 
 
