@@ -47,6 +47,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 STEPS, GLOBAL_BATCH, SEQUENCE, LR = 6, 16, 32, 3e-3
 LORA_ALPHA = 16  # the adapters' output is scaled by alpha / rank
 INDEX = "model.safetensors.index.json"
+WEIGHTS = (".safetensors", ".index.json", ".bin", ".pt", ".pth")  # save() writes these
 
 
 class Linear(nn.Linear):
@@ -57,7 +58,7 @@ class Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=False)
         self.lora_a = self.lora_b = None
 
-    def add_adapter(self, rank):
+    def add_adapter(self, rank):  # initialised once allocated: see build()
         self.lora_a = nn.Parameter(torch.empty(rank, self.in_features))
         self.lora_b = nn.Parameter(torch.empty(self.out_features, rank))
         self.scale = LORA_ALPHA / rank
@@ -152,18 +153,18 @@ class PeakBytes(TorchDispatchMode):
         inputs = {t.untyped_storage().data_ptr() for t in self.tensors((args, kwargs))}
         for t in self.tensors(out):
             if t.untyped_storage().data_ptr() not in inputs:  # not a view, not in place
-                self.track(t)
+                self.track(t, t.untyped_storage().nbytes())
         return out
 
-    def track(self, t):
-        """Count a tensor's memory until it is freed (also for tensors that a library
-        creates without a PyTorch operation, such as safetensors' slices)."""
+    def track(self, t, nbytes):
+        """Count nbytes until t's memory is freed. For rows that safetensors reads from
+        a file, t is a view of the mapped file: count the rows, the bytes read."""
         storage = t.untyped_storage()
         if storage not in self.seen:
             self.seen[storage] = True
-            self.live += storage.nbytes()
+            self.live += nbytes
             self.peak = max(self.peak, self.live)
-            weakref.finalize(storage, self._free, storage.nbytes())
+            weakref.finalize(storage, self._free, nbytes)
 
     @staticmethod
     def tensors(tree):
@@ -198,13 +199,14 @@ def build(config, device, mesh, lora_rank):
     """The model on meta (no memory), sharded, then this rank's shards allocated."""
     with torch.device("meta"):
         model = Decoder(config)
+        if lora_rank:
+            model.to(torch.bfloat16)  # frozen: 2 bytes per weight, as in the files
+            model.requires_grad_(False)
+            for module in model.model.layers.modules():
+                if isinstance(module, Linear):
+                    module.add_adapter(lora_rank)  # float32, trainable
     policy = MixedPrecisionPolicy()  # compute in the weights' dtype: float32
     if lora_rank:
-        model.to(torch.bfloat16)  # frozen: 2 bytes per weight, as in the files
-        model.requires_grad_(False)
-        for module in model.model.layers.modules():
-            if isinstance(module, Linear):
-                module.add_adapter(lora_rank)  # float32, trainable
         # gather everything as bfloat16; reduce the adapters' gradients in float32
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                       reduce_dtype=torch.float32)
@@ -212,6 +214,18 @@ def build(config, device, mesh, lora_rank):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     model.to_empty(device=device)  # this rank's shards, uninitialised
+    # the adapters: A as nn.Linear initialises its weight, B zero, so training starts
+    # from the weights as they are; the same A at any world size (each rank draws A
+    # whole: it is small). The weights are read from the files by load().
+    g = torch.Generator().manual_seed(0)
+    for name, param in model.named_parameters():
+        if ".lora_" in name:
+            full = torch.zeros(param.shape)
+            if name.endswith(".lora_a"):
+                nn.init.kaiming_uniform_(full, a=math.sqrt(5), generator=g)
+            start, stop = shard_rows(param)
+            with torch.no_grad():
+                param.to_local().copy_(full[start:stop])
     return model
 
 
@@ -231,19 +245,10 @@ def load(model, folder, counter):
                 assert full.get_shape() == list(param.shape), name
                 start, stop = shard_rows(param)
                 rows = full[start:stop]  # reads these rows of the file only
-                counter.track(rows)
+                counter.track(rows, rows.nbytes)
                 with torch.no_grad():
                     param.to_local().copy_(rows)  # and converts to the param's dtype
-    # the adapters: A random, B zero, so training starts from the weights as they are;
-    # the same values at any world size (A is small: each rank draws it whole)
-    g = torch.Generator().manual_seed(0)
-    for name, param in params.items():
-        if name.endswith((".lora_a", ".lora_b")):
-            start, stop = shard_rows(param)
-            full = (torch.randn(param.shape, generator=g) / param.shape[1] ** 0.5
-                    if name.endswith(".lora_a") else torch.zeros(param.shape))
-            with torch.no_grad():
-                param.to_local().copy_(full[start:stop])
+                del rows  # one tensor's rows at a time
 
 
 def max_difference(model, folder):
@@ -270,11 +275,14 @@ def save(model, base, out, lora_rank):
     with open(os.path.join(base, INDEX)) as f:
         weight_map = json.load(f)["weight_map"]
     with open(os.path.join(base, "config.json")) as f:
-        dtype = getattr(torch, json.load(f)["torch_dtype"])  # as released: bfloat16
+        config = json.load(f)
+    dtype = config.get("torch_dtype", config.get("dtype"))  # newer configs: "dtype"
     if rank == 0:
         os.makedirs(out, exist_ok=True)
     params, adapters, total = dict(model.named_parameters()), {}, 0
     for filename in sorted(set(weight_map.values())):
+        with safe_open(os.path.join(base, filename), framework="pt") as f:
+            released = {n: f.get_slice(n)[:0].dtype for n in f.keys()}  # reads no data
         part = {}
         for name in (n for n in weight_map if weight_map[n] == filename):
             weight = params[name].full_tensor().float()
@@ -285,7 +293,8 @@ def save(model, base, out, lora_rank):
                 adapters.update({name[:-len("weight")] + "lora_a": a.cpu(),
                                  name[:-len("weight")] + "lora_b": b.cpu()})
             if rank == 0:
-                part[name] = weight.to(dtype).cpu()
+                part[name] = weight.to(getattr(torch, dtype) if dtype else
+                                       released[name]).cpu()
                 total += part[name].nbytes
         if rank == 0:
             path = os.path.join(out, filename)
@@ -296,8 +305,11 @@ def save(model, base, out, lora_rank):
         with open(os.path.join(out, INDEX + ".tmp"), "w") as f:
             json.dump(index, f, indent=2)
         os.replace(os.path.join(out, INDEX + ".tmp"), os.path.join(out, INDEX))
-        shutil.copy(os.path.join(base, "config.json"), os.path.join(out, "config.tmp"))
-        os.replace(os.path.join(out, "config.tmp"), os.path.join(out, "config.json"))
+        for other in os.listdir(base):  # config.json, the tokeniser's files...
+            path = os.path.join(base, other)
+            if os.path.isfile(path) and not other.endswith(WEIGHTS):
+                shutil.copy(path, os.path.join(out, other + ".tmp"))
+                os.replace(os.path.join(out, other + ".tmp"), os.path.join(out, other))
         if lora_rank:  # the adapters alone, too: small, to keep or to share
             save_file(adapters, os.path.join(out, "adapter.safetensors.tmp"))
             os.replace(os.path.join(out, "adapter.safetensors.tmp"),

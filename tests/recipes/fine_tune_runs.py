@@ -25,9 +25,23 @@ def made():
     return run("recipes/make_checkpoint.py", "base", workdir=workdir())
 
 
-def with_base(folder: Path) -> Path:
-    """The folder, with the model's folder ``base`` in it, as a reader downloaded it."""
+#: Files a release has besides its weights, which save() must copy as they are.
+OTHER_FILES = {"tokenizer.json": '{"model": {"type": "BPE"}}\n',
+               "generation_config.json": '{"max_new_tokens": 32}\n'}
+
+
+def with_base(folder: Path, dtype_key: str | None = "torch_dtype") -> Path:
+    """The folder, with the model's folder ``base`` in it, as a reader downloaded it:
+    with a tokeniser's file and a generation config, and config.json naming the weights'
+    dtype under ``dtype_key`` (newer configs write "dtype"; None: no dtype at all)."""
     shutil.copytree(made().workdir / "base", folder / "base")
+    for name, text in OTHER_FILES.items():
+        (folder / "base" / name).write_text(text)
+    config = json.loads((folder / "base" / "config.json").read_text())
+    dtype = config.pop("torch_dtype")
+    if dtype_key:
+        config[dtype_key] = dtype
+    (folder / "base" / "config.json").write_text(json.dumps(config, indent=2))
     return folder
 
 

@@ -8,6 +8,8 @@ rounded to bfloat16, or its neighbour (the float32 results differ in their last 
 and a few round the other way; near zero, within 1e-6).
 """
 
+import json
+import math
 import re
 
 import pytest
@@ -18,8 +20,8 @@ from safetensors.torch import load_file
 from harness.launch import BIN, run
 from harness.outputs import BF16, check_output
 from tests.devices import on_each_device
-from tests.recipes.fine_tune_runs import (assert_bf16_close, made, read_folder, reference,
-                                          with_base, workdir)
+from tests.recipes.fine_tune_runs import (INDEX, assert_bf16_close, made, read_folder,
+                                          reference, with_base, workdir)
 from tests.slurm.clusters import on_each_cluster
 
 SNIPPET = "recipes/fine_tune.py"
@@ -29,9 +31,9 @@ JOB = "recipes/fine_tune.sbatch"
 NEIGHBOURS = 0.002
 
 
-def fine_tune(device, ranks, *args, name=""):
+def fine_tune(device, ranks, *args, name="", dtype_key="torch_dtype"):
     result = run(SNIPPET, "base", "tuned", *args, launcher="torchrun", nproc=ranks,
-                 workdir=with_base(workdir()), timeout=300, env=device.env(name))
+                 workdir=with_base(workdir(), dtype_key), timeout=300, env=device.env(name))
     device.assert_ran(ranks, name, result)
     return result
 
@@ -44,7 +46,9 @@ def peaks(text):
 def assert_each_rank_read_only_its_share(result, ranks, shards, on_gpus):
     """The loaded weights are the files' (compared in the script, tensor by tensor,
     gathered, with safetensors' own get_tensor); on the CPU, no rank held more than its
-    share of the weights and one tensor read from a file."""
+    share of the weights and its rows of one tensor as stored in the files. A version
+    that reads a tensor whole into memory (the largest: 22 KiB in bfloat16, 44 KiB as
+    float32) exceeds that by at least its other ranks' rows (11 KiB at 2 shards)."""
     assert "loaded weights differ from the files by at most 0.0e+00" in result.stdout
     held = peaks(result.stdout)
     assert sorted(held) == list(range(ranks))
@@ -52,16 +56,29 @@ def assert_each_rank_read_only_its_share(result, ranks, shards, on_gpus):
         r"whole model: ([\d.]+) KiB, largest tensor ([\d.]+) KiB", result.stdout).groups())
     if on_gpus:
         return  # the allocator's peak: blocks rounded up, what NCCL allocates
-    for kib in held.values():
-        assert weights / shards <= kib <= weights / shards + largest
+    rows = max(math.ceil(t.shape[0] / shards) * t[0].nbytes
+               for t in read_folder(made().workdir / "base").values()) / 2**10
+    assert rows < largest / shards  # the files' bfloat16 rows: half the float32 ones
+    for kib in held.values():  # printed to 0.1 KiB
+        assert weights / shards - 0.05 <= kib <= weights / shards + rows + 0.05, (kib, rows)
+
+
+def assert_same_other_files(folder):
+    """Every file of the base folder but its weights and index is in the saved folder,
+    unchanged (config.json, the tokeniser's and generation config's stand-ins)."""
+    base = folder.parent / "base"
+    others = {p.name for p in base.iterdir() if not p.name.endswith((".safetensors", INDEX))}
+    assert {"config.json", "tokenizer.json", "generation_config.json"} <= others
+    for name in others:
+        assert (folder / name).read_bytes() == (base / name).read_bytes(), name
+    assert not list(folder.glob("*.tmp"))
 
 
 def assert_equals_reference(folder):
     """The saved folder is in the released layout, and its weights are the reference's."""
     saved, released = read_folder(folder), read_folder(made().workdir / "base")
     assert saved.keys() == released.keys()
-    assert (folder / "config.json").read_text() == (
-        made().workdir / "base" / "config.json").read_text()
+    assert_same_other_files(folder)
     expected = {k: v.to(torch.bfloat16) for k, v in reference().items()}
     differ = 0
     for name, tensor in saved.items():
@@ -88,9 +105,10 @@ def test_two_ranks_load_their_rows_and_fine_tune_as_one_process(device):
 
 @on_each_device(gpus=2)
 def test_hsdp_two_copies_each_sharded_in_two_equal_plain_fsdp(device):
-    """On the CPU, 4 ranks, a 2 x 2 mesh. On 2 GPUs, 2 x 1: two copies, unsharded."""
+    """On the CPU, 4 ranks, a 2 x 2 mesh. On 2 GPUs, 2 x 1: two copies, unsharded.
+    From a config.json that names no dtype: saved in the files' own, bfloat16."""
     ranks = device.ranks(4)
-    result = fine_tune(device, ranks, "--replicate", "2", name="hsdp")
+    result = fine_tune(device, ranks, "--replicate", "2", name="hsdp", dtype_key=None)
     device.check_output(result, variant="hsdp")
     assert result.stdout.startswith(f"{ranks} ranks: 2 x {ranks // 2} (replicate x shard)\n")
     # each rank holds half the model (a quarter on GPUs at 2 x 1: all of it)
@@ -101,12 +119,14 @@ def test_hsdp_two_copies_each_sharded_in_two_equal_plain_fsdp(device):
 
 @on_each_device(gpus=2, one_gpu=True)
 def test_lora_trains_only_the_adapters_and_saves_them_merged(device):
+    """From a config.json that names the dtype "dtype", as newer ones do."""
     ranks = device.ranks(2)
-    result = fine_tune(device, ranks, "--lora", "8", name="lora")
+    result = fine_tune(device, ranks, "--lora", "8", name="lora", dtype_key="dtype")
     device.check_output(result, variant="lora", tolerance=BF16)
     assert "loaded weights differ from the files by at most 0.0e+00" in result.stdout
     folder = result.workdir / "tuned"
     saved, released = read_folder(folder), read_folder(made().workdir / "base")
+    assert_same_other_files(folder)
     adapters = load_file(folder / "adapter.safetensors")
     # an adapter for each of the 7 linear layers of each of the 4 blocks, and no other
     linear = [k for k in released if ".layers." in k and k.endswith("proj.weight")]
@@ -132,6 +152,22 @@ def test_lora_trains_only_the_adapters_and_saves_them_merged(device):
             assert torch.equal(tensor, merged), name
     losses = [float(x) for x in re.findall(r"loss ([\d.]+)", result.stdout)]
     assert losses[-1] < losses[0] - 0.3
+
+
+def test_load_refuses_a_model_whose_names_differ_from_the_files():
+    """One tensor renamed in the index: load stops before reading, naming both."""
+    folder = with_base(workdir())
+    index = json.loads((folder / "base" / INDEX).read_text())
+    weight_map = index["weight_map"]
+    weight_map["model.layers.0.mlp.up.weight"] = weight_map.pop(
+        "model.layers.0.mlp.up_proj.weight")
+    (folder / "base" / INDEX).write_text(json.dumps(index))
+    result = run(SNIPPET, "base", "tuned", launcher="torchrun", nproc=1, workdir=folder,
+                 timeout=120, check=False)
+    assert result.returncode != 0
+    assert ("KeyError: \"not in the files: ['model.layers.0.mlp.up_proj.weight']; "
+            "not in the model: ['model.layers.0.mlp.up.weight']\"") in result.text
+    assert not (folder / "tuned").exists()
 
 
 @on_each_cluster()
