@@ -100,14 +100,15 @@ releases: $(STAMP)
 # PyTorch module or container), installing nothing: a test whose package is missing
 # there is skipped with the reason. Without it, in .venv.
 GPU_REPORT ?= gpu-report
+# pytest runs unbuffered (python -u), so that a job's log shows each test as it ends; the
+# snippets it runs do not inherit that (a reader's job does not have it).
 ifeq ($(origin PYTHON),command line)
-GPU_PYTEST := $(PYTHON) -m pytest
+GPU_PYTEST := $(PYTHON) -u -m pytest
 GPU_NEEDS :=
 else
-GPU_PYTEST := $(BIN)/pytest
+GPU_PYTEST := $(BIN)/python -u -m pytest
 GPU_NEEDS := $(STAMP)
 endif
-test-gpu: export PYTHONUNBUFFERED = 1
 test-gpu: $(GPU_NEEDS)
 	$(GPU_PYTEST) -m multigpu --gpu-report=$(GPU_REPORT) $(PYTEST_ARGS)
 

@@ -4,8 +4,9 @@ Every test starts its processes through :func:`run`. A launcher turns a snippet
 into the list of processes a reader's command would start (``python``,
 ``torchrun``, two ``torchrun`` agents, a hand-set environment, ``mpirun``,
 ``srun``...). Each run gets a free port, ``OMP_NUM_THREADS=1``, its own working
-directory, and a hard time limit; when it ends, every process it started, and
-every process those started, is killed. A run fails loudly when a process
+directory, a hard time limit, and none of the variables of the tests' shell that a
+reader's job would not have (:data:`NOT_THE_READERS`); when it ends, every process it
+started, and every process those started, is killed. A run fails loudly when a process
 failed, timed out, printed nothing, or when a rank never joined its process
 group, and the failure message holds the tail of every process's output.
 """
@@ -524,7 +525,7 @@ def run(
     nproc: int = 1,
     nnodes: int = 1,
     world_size: int | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     workdir: Path | None = None,
     files: tuple[str, ...] = (),
     timeout: float = DEFAULT_TIMEOUT,
@@ -536,7 +537,8 @@ def run(
     ``world_size`` is the number of ranks that must join a process group; it
     defaults to ``nproc * nnodes`` for the distributed launchers. ``files``
     (paths relative to ``snippets/``) are copied into the working directory
-    first, as a reader copies a job script's companions next to it. With
+    first, as a reader copies a job script's companions next to it. ``env`` adds
+    variables to the run's environment (None: unset that one). With
     ``check=True`` (the default) a run that failed, timed out, printed nothing
     or lost a rank raises AssertionError with every process's output tail.
     """
@@ -557,12 +559,23 @@ def run(
         world_size = _expected_ranks(launcher, nproc, nnodes)
 
     run_id = uuid.uuid4().hex
+    # What every run gets beyond the reader's own shell (a Slurm job inherits it from the
+    # poller, harness/slurm.py), each for a reason that does not change what a snippet
+    # prints or whether it works:
     base_env = {
-        **os.environ,
+        # the test session's environment, less what a reader's job lacks (NOT_THE_READERS)
+        **{k: v for k, v in os.environ.items() if k not in NOT_THE_READERS},
+        # a shell where the tests' virtual environment is active, as the pages tell the
+        # reader to have (a job script activates its own: the sbatch launcher deactivates it)
         **shell(),
+        # one thread per process: up to 4 ranks on a 2-core machine shared with other
+        # test processes would otherwise each start a thread per core and slow the suite
+        # many times over (torchrun sets the same itself for several workers;
+        # tests/harness/test_launch.py runs a snippet without it)
         "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
+        # sitecustomize.py: notes which ranks joined, hides the GPUs from a CPU test
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE_DIR), os.environ.get("PYTHONPATH")])),
+        # where sitecustomize.py notes the ranks; the tags that find leftover processes
         "SNIPPET_HARNESS_RANKS_DIR": str(ranks_dir),
         SESSION_TAG: SESSION_ID,
         RUN_TAG: run_id,
@@ -577,7 +590,8 @@ def run(
             err = open(logs / f"{i}.err", "w+b")
             files.append((out, err))
             popens.append(subprocess.Popen(
-                p.argv, cwd=workdir, env={**base_env, **p.env}, stdout=out, stderr=err,
+                p.argv, cwd=workdir, stdout=out, stderr=err,
+                env={k: v for k, v in {**base_env, **p.env}.items() if v is not None},
                 stdin=subprocess.DEVNULL, start_new_session=True))
         timed_out = _wait(popens, started + timeout)
     finally:
@@ -613,6 +627,14 @@ def run(
         if problems:
             raise AssertionError("; ".join(problems) + "\n" + result.report())
     return result
+
+
+#: Variables of the shell the tests run from that a reader's job does not have, which no
+#: run and no job gets. PYTHONUNBUFFERED=1: a reader's Python buffers what it prints to a
+#: file (a job's output file, a pipe) and loses the buffer when it is killed; a snippet
+#: whose output only shows unbuffered works only in the tests
+#: (tests/harness/test_launch.py::test_no_run_is_unbuffered).
+NOT_THE_READERS = ("PYTHONUNBUFFERED",)
 
 
 def _log_launch(result: Result, processes: int, world_size: int | None) -> None:

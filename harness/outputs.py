@@ -125,6 +125,20 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
          "which compiled modules numpy and torch load")],
     "troubleshooting/allreduce_bw.out": [
         (r"[\d.]+ GB/s", "<n> GB/s", "bandwidth measured with a clock")],
+    "recipes/silent_job*.out": [
+        (r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\b", "<date>", "when it ran"),
+        (r"\bat \d\d:\d\d:\d\d\b", "at <time>", "when it ran"),
+        (r"RunTime=\S+", "RunTime=<time>", "Slurm checks time limits every few seconds"),
+        (r"\b(JOB|STEP|StepId=)( ?)\d+", r"\1\2<id>", "the job's id"),
+        (r"silent_job(_buffered)?-\d+", r"silent_job\1-<id>", "the job's id"),
+        (r"(?m)^rank \d+ on node[12]\b", "rank <n> on <node>",
+         "the ranks' lines arrive in any order"),
+        (r"\bnode[12]\b", "node<n>", "which node Slurm reports from")],
+    "recipes/silent_job.err.out": [
+        (r"(?m)^slurmstepd-node<n>: error: \*\*\* (JOB|STEP) .* DUE TO TIME LIMIT \*\*\*\n",
+         "", "the job's and its step's lines come in either order (the test checks them)"),
+        (r"(?m)^srun: .*\n", "", "which lines srun prints as its tasks end, in which order, "
+                                "depends on when each task ends (the test checks them)")],
     "troubleshooting/hang.out": [
         (r"hang-\d+\.out", "hang-<job id>.out", "the job's id")],
     "troubleshooting/dump_stacks.out": [
@@ -137,6 +151,11 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"(?m)\d+ of \d+$", "<n> of <n>", "CPUs usable depend on the machine")],
     "ddp/legacy_launch*.out": [
         (r"--local-rank=\d", "--local-rank=<n>", "which process reports first")],
+    "recipes/production.out": [
+        (r"data-\d+-", "data-<job id>-", "the job's id names the nodes' local folders"),
+        (r"epoch \d+, step \d+", "epoch <n>, step <n>", "the step at which the signal arrives"),
+        (r"(?m)^epoch .*\n", "", "how far training got before the signal"),
+        (r"\bnode[12]\b", "node<n>", "which node starts or copies first")],
     "slurm/stage_data.out": [
         (r"data-\d+-", "data-<job id>-", "the job's id names the nodes' local folders")],
     "slurm/environment.out": [

@@ -7,9 +7,11 @@ slowly), waits through requeues until the job's last run ends, prints the job's
 output file on its own standard output and exits with the job's exit code.
 Stopped with SIGTERM (the run's time limit), it cancels the job first.
 
-The job inherits the poller's environment (``sbatch`` exports it by default):
-the harness's variables, and the virtual environment the tests run in, as if
-the reader had activated it before submitting.
+The job inherits the poller's environment (``sbatch`` exports it by default): the
+harness's variables (none that a reader's job lacks: harness/launch.py NOT_THE_READERS),
+from a shell where no virtual environment is active; the job script activates the
+tests' one, linked as ``.venv`` in the folder the job runs in, as a reader's activates
+theirs.
 
 Also here: starting and stopping the throwaway cluster of ``tools/local-slurm``
 for the test session, and the few queries the tests make about jobs.
@@ -172,8 +174,14 @@ def _sbatch(l: Launch) -> list[Proc]:
     profile's set-up lines load modules, the job sees an Lmod tree of modules of those
     names (:func:`module_tree`).
 
+    Every job script sets up its own software environment (``source .venv/bin/activate``
+    between its ``#>environment`` markers, or the profile's module lines there): the job
+    runs where the tests' virtual environment is linked as ``.venv``, submitted from a
+    shell where no virtual environment is active, so that a job that relies on the
+    submitting shell's fails as it would for a reader who submits from a fresh login.
+
     Options: ``sbatch_args`` (options on sbatch's command line, which override the
-    script's ``#SBATCH`` lines), ``activate`` (default True: submit from a shell
+    script's ``#SBATCH`` lines), ``activate`` (default False; True: submit from a shell
     where the tests' virtual environment is active), ``submit_dir`` (submit from
     there instead, naming the script by its path relative to it), ``profile`` (render
     for this profile instead of the centre's: one that fits the local cluster).
@@ -186,7 +194,10 @@ def _sbatch(l: Launch) -> list[Proc]:
     else:
         copy = Path(shutil.copy(l.script, l.workdir))
     script = copy.name if submit_dir is None else os.path.relpath(copy, submit_dir)
-    env = shell(l.options.get("activate", True)) | module_env(profile, l.workdir) | MPIRUN_AS_ROOT
+    venv = Path(submit_dir or l.workdir) / ".venv"
+    if not venv.exists():  # the reader's environment where the job runs: the tests'
+        venv.symlink_to(BIN.parent)
+    env = shell(l.options.get("activate", False)) | module_env(profile, l.workdir) | MPIRUN_AS_ROOT
     env |= container_env(profile, l.workdir, env["PATH"])
     argv = [sys.executable, str(Path(__file__).resolve()), "submit", "--",
             *l.options.get("sbatch_args", ()), script, *l.args]

@@ -56,7 +56,10 @@ def test_snippet_lines_fit_the_page():
 
 
 #: Snippets without a GPU test of their own, and why.
-NO_GPU_TEST = {"slurm/gpu_tests.sbatch": "it is the job that runs the GPU tests"}
+NO_GPU_TEST = {"slurm/gpu_tests.sbatch": "it is the job that runs the GPU tests",
+               "recipes/silent_job_buffered.sbatch": "Python's buffering, which GPUs do not "
+                                                     "change; its script runs on GPUs in "
+                                                     "test_silent_job.py"}
 
 
 def runs_on_gpus(marks, gpus: int | None = None) -> bool:

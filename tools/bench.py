@@ -194,8 +194,7 @@ def suite():
     done = subprocess.run(["make", "--no-print-directory", "test",
                            "PYTEST_ARGS=--durations=10 -q"],
                           cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1",
-                               "SNIPPET_HARNESS_CPU_LOG": str(log)})
+                          env={**os.environ, "SNIPPET_HARNESS_CPU_LOG": str(log)})
     wall = time.monotonic() - start
     busy_after, idle_after = machine_cpu()
     measured = json.loads((ROOT / ".pytest_cache/v/snippets/file-seconds").read_text())

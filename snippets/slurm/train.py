@@ -192,7 +192,7 @@ def train(args, device):
                 save_checkpoint(args.checkpoint, model, optimizer, step, config, device)
                 if rank == 0:
                     print(f"SIGUSR1: saved {args.checkpoint} at step {step} "
-                          "and stopped")
+                          "and stopped", flush=True)
                 return
             x, y = x.to(device), y.to(device)
             loss = nn.functional.cross_entropy(model(x), y)
@@ -204,9 +204,10 @@ def train(args, device):
                 average = loss.detach().clone()
                 dist.all_reduce(average)  # the sum over all ranks, on every rank
                 average /= world_size  # their mean
-                if rank == 0:
+                if rank == 0:  # flush: the output file shows it now, not at the end
                     print(f"epoch {epoch + 1}/{args.epochs}  "
-                          f"step {step}/{total_steps}  loss {average.item():.4f}")
+                          f"step {step}/{total_steps}  loss {average.item():.4f}",
+                          flush=True)
         save_checkpoint(args.checkpoint, model, optimizer, step, config, device)
     if rank == 0:
         print(f"done: {step} steps, final model in {args.checkpoint}")

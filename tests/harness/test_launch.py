@@ -1,5 +1,6 @@
 """The harness catches what a test must never let through."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -66,6 +67,77 @@ def test_a_run_finds_the_programs_of_the_venv_first_as_a_job_does():
     programs = ("ninja", "python", "torchrun")
     result = run(SCRIPTS / "which.py", *programs, world_size=0)
     assert result.stdout == "".join(f"{name} {BIN / name}\n" for name in programs)
+
+
+def test_no_run_is_unbuffered(monkeypatch):
+    """A reader's Python buffers what it prints to a file: so do the runs, even when the
+    shell the tests run from has PYTHONUNBUFFERED=1: a line that must survive a kill is
+    flushed by the snippet itself, as a reader's would have to be."""
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    result = run(SCRIPTS / "buffering.py", world_size=0)
+    assert result.stdout == "PYTHONUNBUFFERED unset\nstdout buffered\nOMP_NUM_THREADS 1\n"
+
+
+@pytest.mark.slurm
+def test_no_job_is_unbuffered(monkeypatch):
+    """Nor do the jobs, which inherit the environment sbatch was run in."""
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    result = run(SCRIPTS / "buffering.sbatch", launcher="sbatch", world_size=0, timeout=60)
+    assert result.stdout == ("job script: PYTHONUNBUFFERED unset\n"
+                             "srun task: PYTHONUNBUFFERED unset\n")
+
+
+def test_a_snippet_trains_without_one_thread_per_process():
+    """The runs get OMP_NUM_THREADS=1 (harness/launch.py), which a reader's ``python
+    train_spawn.py`` does not have: without it, the spawned ranks train too (a thread per
+    core each: only slower where they share the cores)."""
+    from tests.compare import load
+    from tests.ddp.train_runs import losses
+    unset = run(SCRIPTS / "buffering.py", world_size=0, env={"OMP_NUM_THREADS": None})
+    assert "OMP_NUM_THREADS unset\n" in unset.stdout
+    result = run("ddp/train_spawn.py", "--nprocs", "2", "--batch-size", "16", "--epochs", "1",
+                 world_size=2, env={"OMP_NUM_THREADS": None}, timeout=300)
+    printed = [loss for _, loss in losses(result.stdout)]
+    assert len(printed) == 4 and printed[-1] < printed[0], result.stdout  # 3 steps' lines, the epoch's
+    assert load(result.workdir / "checkpoint.pt")["step"] == 32
+
+
+#: A job script that sets up its environment as the guide's do, and says which Python ran.
+WHICH_PYTHON = """#!/bin/bash
+#>cluster gpus=0 tasks=1
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=00:02:00
+#<cluster
+
+#>environment
+source .venv/bin/activate
+#<environment
+python -c 'import sys, torch; print("python", sys.executable)'
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("modules", [False, True], ids=["venv", "profile-modules"])
+def test_a_job_sets_up_its_own_environment(tmp_path, modules):
+    """Every job is submitted from a shell where no virtual environment is active, from a
+    folder where the tests' is linked as .venv: the job's own line activates it, or a
+    profile's module lines in its place load a module (a generated one that puts the
+    tests' environment on the PATH). Without either, python would be one without torch."""
+    from harness import profile as centre  # the profiles are Slurm's part of the harness
+    from harness.slurm import module_variable
+    profile = centre.load()
+    if modules:
+        profile = dataclasses.replace(profile, setup=("module purge", "module load guide-env"),
+                                      modules=("guide-env",))
+    script = tmp_path / "which_python.sbatch"
+    script.write_text(centre.render(WHICH_PYTHON, profile))
+    assert ("source .venv" in script.read_text()) != modules
+    script.write_text(script.read_text() + f'echo "module: ${{{module_variable("guide-env")}:-none}}"\n')
+    result = run(script, launcher="sbatch", profile=profile, world_size=0, timeout=120,
+                 workdir=tmp_path / "job")
+    python = BIN.resolve() / "python" if not modules else BIN / "python"
+    assert result.stdout == f"python {python}\nmodule: {'loaded' if modules else 'none'}\n"
 
 
 @pytest.mark.parametrize("launcher, nproc, nnodes", [

@@ -185,7 +185,9 @@ def test_the_h100_profile_changes_the_lines_it_owns():
     assert "#SBATCH --partition=gpu_h100    # the queue" in text
     assert "#SBATCH --account=p_myproject   # the project" in text
     assert "#SBATCH --exclusive\n#SBATCH --output" in text
-    assert "\nmodule purge\nmodule load python/3.12 cuda/12.6\n\nexport OMP" in text
+    # in place of the script's own line, source .venv/bin/activate
+    assert "\nmodule purge\nmodule load python/3.12 cuda/12.6\nexport OMP" in text
+    assert ".venv" not in text
     torchrun = profile.render_file(SNIPPETS / "slurm" / "one_node_torchrun.sbatch", h100)
     assert "#SBATCH --ntasks-per-node=1\n" in torchrun  # one torchrun per node...
     assert "#SBATCH --cpus-per-task=64\n" in torchrun  # ...with every core of the node

@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from harness.launch import BIN, Result
+from harness.launch import Result
 from tests.compare import load
 from tests.ddp.train_runs import held_out_accuracy as ddp_held_out_accuracy
 from tests.slurm.jobs import job_end
@@ -31,11 +31,9 @@ def saved_model(result: Result) -> dict[str, torch.Tensor]:
 
 def submit_quickstart(cluster, script: str, world_size: int, **options) -> Result:
     """The job script on ``cluster`` (tests/slurm/clusters.py) from a folder with train.py
-    and .venv, the tests' environment."""
-    folder = cluster.folder("quickstart")
-    (folder / ".venv").symlink_to(BIN.parent)
-    return cluster.submit(script, files=FILES, world_size=world_size, activate=False,
-                          workdir=folder, **options)
+    (and .venv, the tests' environment, as for every job: harness/slurm.py)."""
+    return cluster.submit(script, files=FILES, world_size=world_size,
+                          workdir=cluster.folder("quickstart"), **options)
 
 
 def assert_trained(job: Result, processes: int, backend: str) -> None:

@@ -1,7 +1,8 @@
 """snippets/slurm/environment.sbatch, shown on docs/slurm/environment.md.
 
 Submitted from a shell where no virtual environment is active, from a folder that holds
-train.py and the virtual environment .venv (here, a link to the one the tests use):
+train.py and the virtual environment .venv (here, as for every job, a link to the one
+the tests use: harness/slurm.py):
 the job activates it itself, and trains. On a GPU cluster, the same test with 2 GPUs
 (tests/slurm/clusters.py).
 """
@@ -21,10 +22,9 @@ def assert_the_job_used_its_own_environment(result, ranks: int) -> None:
 
 @on_each_cluster()
 def test_the_job_activates_its_own_environment(cluster):
-    folder = cluster.folder("environment")
-    (folder / ".venv").symlink_to(BIN.parent)
-    result = cluster.submit("slurm/environment.sbatch", world_size=2, activate=False,
-                            workdir=folder, sbatch_args=cluster.shape(nodes=1, gpus_per_node=2))
+    result = cluster.submit("slurm/environment.sbatch", world_size=2,
+                            workdir=cluster.folder("environment"),
+                            sbatch_args=cluster.shape(nodes=1, gpus_per_node=2))
     if not cluster.real:
         check_output(result)
     assert_the_job_used_its_own_environment(result, 2)

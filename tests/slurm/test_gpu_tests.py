@@ -29,7 +29,7 @@ def test_make_test_gpu_runs_in_the_job(tmp_path):
     check_text(result.stdout.replace(str(tmp_path / "gpu-report"), "gpu-report"), result.script,
                command=result.command)
     assert job_end(result)["state"] == "COMPLETED"
-    assert re.search(r"(?m)^\.venv(-torch-[\d.]+)?/bin/pytest -m multigpu --gpu-report=\S+ -q -rs$",
+    assert re.search(r"(?m)^\.venv(-torch-[\d.]+)?/bin/python -u -m pytest -m multigpu --gpu-report=\S+ -q -rs$",
                      result.stdout)
     reasons = re.findall(r"^SKIPPED \[(\d+)\] \S+: (.*)$", result.stdout, re.M)
     skipped = int(re.search(r"^(\d+) skipped, \d+ deselected in ", result.stdout, re.M)[1])

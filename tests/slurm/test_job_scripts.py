@@ -93,3 +93,40 @@ def test_a_job_that_no_node_can_hold_is_refused(tmp_path):
     check = sbatch_test_only(text.replace(asked, more), tmp_path)
     assert check.returncode != 0
     assert "Requested node configuration is not available" in check.stderr, check.stderr
+
+
+#: The job scripts that run PyTorch without the environment line, and why.
+OWN_ENVIRONMENT = {
+    "slurm/wrong_python.sbatch": "the pitfall of a job that does not set up its environment",
+    "slurm/environment.sbatch": "the lesson: module lines in the block, then the activation",
+}
+ACTIVATE = "source .venv/bin/activate"
+
+
+def runs_pytorch(text: str) -> bool:
+    return bool(centre._LAUNCH.search(text))
+
+
+def test_the_scripts_that_run_pytorch_are_all_found():
+    assert {name(path) for path in JOB_SCRIPTS if runs_pytorch(path.read_text())} >= {
+        "slurm/one_node.sbatch", "quickstart/one_node.sbatch", "slurm/no_local_rank.sbatch",
+        "troubleshooting/node_health.sbatch", "slurm/stage_data.sbatch", *OWN_ENVIRONMENT}
+
+
+@pytest.mark.parametrize("path", [p for p in JOB_SCRIPTS if runs_pytorch(p.read_text())],
+                         ids=name)
+def test_every_job_script_sets_up_its_own_environment(path):
+    """Between its environment markers, before its first command, as the quickstart's do
+    (a centre profile puts its module lines there instead): the tests submit every job
+    from a shell where no virtual environment is active (harness/slurm.py)."""
+    text = path.read_text()
+    if name(path) == "slurm/wrong_python.sbatch":
+        assert ACTIVATE not in text and "#>environment" not in text
+        return
+    if name(path) == "slurm/environment.sbatch":
+        assert re.search(rf"^#<environment\n{re.escape(ACTIVATE)}$", text, re.M)
+        return
+    block = re.search(r"^#>environment\n(.*?)^#<environment$", text, re.M | re.S)
+    assert block and block[1].startswith(ACTIVATE), (
+        f"{path.name}: put `{ACTIVATE}` between `#>environment` and `#<environment`, "
+        f"before the script's first command")
