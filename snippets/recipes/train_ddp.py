@@ -230,13 +230,21 @@ def train(args, device):
 
     step = 0
     if os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        # On the CPU: the random generators take their states from there alone, and
+        # load_state_dict copies each tensor to the device of what it loads into
+        state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+        saved_world = len(state["rng"])  # a state for each rank that saved it
+        if saved_world != world and not args.evaluate:
+            # its steps per epoch, schedule and random generators are those of
+            # saved_world processes: resuming with another number would go astray
+            raise SystemExit(f"{args.checkpoint} was saved by {saved_world} processes, "
+                             f"not {world}: resume with {saved_world}, or start afresh")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         step = state["step"]
-        if len(state["rng"]) == world:
+        if saved_world == world:  # not so for --evaluate alone
             torch.set_rng_state(state["rng"][rank]["cpu"])
             if device.type == "cuda":
                 torch.cuda.set_rng_state(state["rng"][rank]["cuda"], device)

@@ -158,7 +158,9 @@ def main():
 
     epoch = step = 0
     if os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        # On the CPU: the random generators take their states from there alone, and
+        # load_state_dict copies each tensor to the device of what it loads into
+        state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

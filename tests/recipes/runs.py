@@ -17,7 +17,9 @@ EPOCHS = 3
 #: train_one_gpu.py takes them: 30 steps per epoch of the 960 training images.
 STEP_BATCH = 32
 STEPS_PER_EPOCH = 30
+TRAIN_IMAGES = 960
 BATCH_INDEPENDENT = Path(__file__).with_name("batch_independent.py")
+RECORD_BATCHES = Path(__file__).with_name("record_batches.py")
 VAL_IMAGES = 101  # divides by none of 2, 3, 4
 
 
@@ -78,5 +80,7 @@ def one_process() -> Result:
 
 @shared
 def batch_independent(world: int) -> Result:
-    """``world`` processes, through batch_independent.py: no batch statistics, float32."""
-    return train_ddp("--workers", "0", world=world, launcher="env", wrapper=BATCH_INDEPENDENT)
+    """``world`` processes, through batch_independent.py: no batch statistics, float32;
+    and through record_batches.py, which writes down each step's images and labels."""
+    return train_ddp("--workers", "0", world=world, launcher="env", wrapper=RECORD_BATCHES,
+                     wrapper_args=(str(BATCH_INDEPENDENT),))

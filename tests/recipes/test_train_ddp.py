@@ -12,9 +12,11 @@ from torch.utils.data import DistributedSampler
 from harness.outputs import GPU_ATOL
 from tests.compare import assert_same_state, load
 from tests.devices import on_each_device
-from tests.recipes.runs import (EPOCHS, STEP_BATCH, STEPS_PER_EPOCH, VAL_IMAGES,
-                                batch_independent, checkpoint, folder_with_data,
-                                one_process, train_ddp, two_ranks, validations)
+from tests.recipes.record_batches import recorded
+from tests.recipes.runs import (EPOCHS, STEP_BATCH, STEPS_PER_EPOCH, TRAIN_IMAGES,
+                                VAL_IMAGES, batch_independent, checkpoint,
+                                folder_with_data, one_process, train_ddp, two_ranks,
+                                validations)
 
 SIGNAL_AT = Path(__file__).with_name("signal_at_step.py")
 #: The step after which one rank gets SIGTERM: the second of the second epoch.
@@ -58,6 +60,29 @@ def test_two_ranks_take_the_steps_of_one_process_on_the_whole_batch(device):
             == validations(batch_independent(1).stdout))
 
 
+def test_every_epoch_has_a_new_order_and_new_crops_and_flips():
+    """What the 2 ranks of batch_independent(2) trained on, step by step: each epoch,
+    every one of the 960 images once over the two ranks; each rank's labels in another
+    order than the epoch before (DistributedSampler.set_epoch: without it, every epoch
+    repeats the first's order); and the images, as cropped and flipped, nearly all new
+    (the data set's set_epoch: without it, each image is cut alike every epoch; by
+    chance, 1 in 50 is, of 25 shifts and 2 flips)."""
+    workdir = batch_independent(2).workdir
+    ranks = [recorded(workdir, rank) for rank in range(2)]
+    epochs = [[batches[e * STEPS_PER_EPOCH:(e + 1) * STEPS_PER_EPOCH] for batches in ranks]
+              for e in range(EPOCHS)]
+    assert all(len(batches) == EPOCHS * STEPS_PER_EPOCH for batches in ranks)
+    seen = [{image for batches in epoch for _, images in batches for image in images}
+            for epoch in epochs]
+    assert [len(images) for images in seen] == [TRAIN_IMAGES] * EPOCHS
+    for before, after in zip(epochs, epochs[1:]):
+        for rank in range(2):
+            assert ([label for labels, _ in before[rank] for label in labels]
+                    != [label for labels, _ in after[rank] for label in labels])
+    for before, after in zip(seen, seen[1:]):
+        assert len(before & after) < TRAIN_IMAGES / 10
+
+
 def test_validation_counts_every_image_once_at_any_number_of_ranks():
     """Two ranks validate on 51 and 50 of the 101 images, which divide by none of 2, 3
     or 4: each image once. One process, given their final model, counts the same right
@@ -73,6 +98,23 @@ def test_validation_counts_every_image_once_at_any_number_of_ranks():
     trained = validations(two_ranks().stdout)[-1]
     assert (correct, count) == trained[1:] and count == VAL_IMAGES
     assert loss == pytest.approx(trained[0], abs=5.1e-5)  # printed to 4 places there
+
+
+def test_it_refuses_to_resume_at_another_number_of_processes():
+    """The 2-process run's checkpoint, resumed by one process: its steps per epoch,
+    schedule and random generators would be wrong, so it stops before a step, saying
+    why, and leaves the checkpoint as it was."""
+    workdir = folder_with_data("recipes-other-world-")
+    shutil.copy(two_ranks().workdir / "checkpoint.pt", workdir)
+    before = load(workdir / "checkpoint.pt")
+    result = train_ddp("--workers", "0", world=1, launcher="env", workdir=workdir,
+                       check=False)
+    [only] = result.outputs
+    assert only.returncode == 1, only
+    assert ("checkpoint.pt was saved by 2 processes, not 1: resume with 2, or start "
+            "afresh") in only.stderr, only.stderr
+    assert "step" not in only.stdout, only.stdout
+    assert_same_state(load(workdir / "checkpoint.pt"), before)
 
 
 def test_the_checkpoint_holds_every_state():

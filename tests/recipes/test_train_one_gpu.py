@@ -43,8 +43,12 @@ def test_it_learns_saves_every_epoch_and_resumes_as_if_never_stopped(tmp_path, d
 
 
 def test_the_page_shows_how_train_ddp_py_differs_from_it():
-    command = ["diff", "-u", Path(ONE_GPU).name, Path(DDP).name]
+    """The diff names the files alone, without their modification times, which differ
+    in every copy."""
+    one_gpu, ddp = Path(ONE_GPU).name, Path(DDP).name
+    command = ["diff", "-u", "--label", one_gpu, "--label", ddp, one_gpu, ddp]
     diff = subprocess.run(command, cwd=snippet(ONE_GPU).parent, capture_output=True,
                           text=True, timeout=30)
-    assert diff.returncode == 1 and diff.stdout.startswith("--- train_one_gpu.py"), diff
+    assert diff.returncode == 1, diff
+    assert diff.stdout.startswith("--- train_one_gpu.py\n+++ train_ddp.py\n"), diff.stdout
     check_text(diff.stdout, DDP, "diff", command=shlex.join(command))
