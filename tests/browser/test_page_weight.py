@@ -8,8 +8,9 @@ from tools.page_weight import table
 pytestmark = pytest.mark.browser
 
 #: Bytes a page may load on a first visit, everything included, as sent without compression
-#: (the theme's own stylesheets and scripts are about 0.9 MB of it).
-BUDGET = 1100 * 1024
+#: (the theme's own stylesheets and scripts are about 0.9 MB of it). A recipe shows complete
+#: scripts of about 300 lines each, with their diff: 1.13 MB for the two heaviest.
+BUDGET = 1200 * 1024
 
 
 @pytest.fixture(scope="module")

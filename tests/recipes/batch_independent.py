@@ -3,8 +3,8 @@ SCRIPT as that launcher would, with two changes that make what it computes for a
 independent of the other images in its batch: every ``nn.BatchNorm2d`` is a
 ``nn.GroupNorm`` with one group (each image normalised by its own statistics, where
 SyncBatchNorm, which needs GPUs, would use those of the whole step's batch), and
-``torch.autocast`` is off (float32: a batch of 16 and one of 32 round bfloat16 products
-differently). Two ranks of 16 images and one process of 32 must then end alike but for
+``torch.autocast`` is off (float32: on GPUs a batch of 16 and one of 32 round float16
+products differently; the CPU computes in float32 anyway). Two ranks of 16 images and one process of 32 must then end alike but for
 the order of the sums.
 """
 

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from harness.launch import Result, run, shared, snippet, snippet_code
+from harness.outputs import LOOSEST, Tolerance
 from tests.compare import load
 
 DDP = "recipes/train_ddp.py"
@@ -21,6 +22,14 @@ TRAIN_IMAGES = 960
 BATCH_INDEPENDENT = Path(__file__).with_name("batch_independent.py")
 RECORD_BATCHES = Path(__file__).with_name("record_batches.py")
 VAL_IMAGES = 101  # divides by none of 2, 3, 4
+
+
+#: How far the training figures the page shows may move on another machine. Training at
+#: these learning rates carries a rounding difference forward from step to step: with the
+#: plainest CPU kernels (ATEN_CPU_CAPABILITY=default), the losses after 90 steps differed
+#: from the captured ones by up to 2.3 %, the counts of right answers not at all.
+TRAINING = Tolerance(rtol=LOOSEST, why="training carries rounding differences forward: "
+                                       "up to 2.3 % after 90 steps with other kernels")
 
 
 def validations(stdout: str) -> list[tuple[float, int, int]]:

@@ -126,7 +126,7 @@ def test_a_signalled_production_job_requeues_resumes_and_ends_as_if_never_stoppe
     saved = re.search(r"^SIGUSR1: asking train_ddp.py to save a checkpoint and stop\n"
                       r"(?:.*\n)*?stopped by a signal at epoch (\d+), step (\d+): saved "
                       r"production.pt; run again to resume\n"
-                      r"back in the queue: torchrun ended with exit code 1\n",
+                      r"back in the queue: the training step ended with exit code 1\n",
                       first, re.M)
     assert saved, first
     epoch, step = int(saved[1]), int(saved[2])

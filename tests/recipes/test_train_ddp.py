@@ -13,7 +13,7 @@ from harness.outputs import GPU_ATOL
 from tests.compare import assert_same_state, load
 from tests.devices import on_each_device
 from tests.recipes.record_batches import recorded
-from tests.recipes.runs import (EPOCHS, STEP_BATCH, STEPS_PER_EPOCH, TRAIN_IMAGES,
+from tests.recipes.runs import (EPOCHS, TRAINING, STEP_BATCH, STEPS_PER_EPOCH, TRAIN_IMAGES,
                                 VAL_IMAGES, batch_independent, checkpoint,
                                 folder_with_data, one_process, train_ddp, two_ranks,
                                 validations)
@@ -39,7 +39,7 @@ def test_two_ranks_take_the_steps_of_one_process_on_the_whole_batch(device):
     the sums. On GPUs, SyncBatchNorm does that for the batch statistics itself."""
     ranks = device.ranks(2)
     result = two_ranks() if ranks == 2 else train_ddp(world=1, env=device.env())
-    device.check_output(result)
+    device.check_output(result, tolerance=TRAINING)
     device.assert_ran(ranks, result=result)
     assert (f"{ranks} processes ({device.backend} on {device.type}): {ranks} × "
             f"{STEP_BATCH // ranks} = {STEP_BATCH} images per step, learning rate 0.1, "
@@ -154,7 +154,7 @@ def test_a_signal_mid_epoch_stops_every_rank_and_the_resumed_run_ends_as_if_neve
         "checkpoint.pt", "images", "train.log"]
 
     resumed = train_ddp(world=2, workdir=workdir, env=device.env())
-    device.check_output(resumed, "resumed")
+    device.check_output(resumed, "resumed", tolerance=TRAINING)
     assert resumed.stdout.startswith(
         f"resumed from checkpoint.pt at epoch 2, step {STOP_STEP}\n")
     uninterrupted = two_ranks()
