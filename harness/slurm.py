@@ -388,13 +388,9 @@ def stop_cluster(state_dir: Path) -> None:
     subprocess.run([str(LOCAL_SLURM / "stop"), str(state_dir)], check=True, timeout=120)
 
 
-def cluster_processes(conf: Path) -> list[str]:
-    """``pid command`` of every daemon, job step or job process of the cluster using ``conf``.
-
-    Daemons name ``conf`` on their command line; job steps (slurmstepd) and job
-    processes have ``SLURM_CONF=conf`` in their environment, and jobs SLURM_JOB_ID too.
-    """
-    found = []
+def processes():
+    """``(pid, argv, environment at its start, name)`` of every other process this user
+    can read in /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -404,12 +400,23 @@ def cluster_processes(conf: Path) -> list[str]:
             comm = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        uses_conf = str(conf) in argv or f"SLURM_CONF={conf}" in environ
+        yield entry.name, argv, dict(v.split("=", 1) for v in environ if "=" in v), comm
+
+
+def cluster_processes(conf: Path) -> list[str]:
+    """``pid command`` of every daemon, job step or job process of the cluster using ``conf``.
+
+    Daemons name ``conf`` on their command line; job steps (slurmstepd) and job
+    processes have ``SLURM_CONF=conf`` in their environment, and jobs SLURM_JOB_ID too.
+    """
+    found = []
+    for pid, argv, environ, comm in processes():
+        uses_conf = str(conf) in argv or environ.get("SLURM_CONF") == str(conf)
         daemon = comm in ("slurmctld", "slurmd", "slurmstepd", "slurmscriptd")
-        job = any(var.startswith("SLURM_JOB_ID=") for var in environ)
-        if uses_conf and (daemon or job):
-            found.append(f"{entry.name} {' '.join(argv).strip()}")
+        if uses_conf and (daemon or "SLURM_JOB_ID" in environ):
+            found.append(f"{pid} {' '.join(argv).strip()}")
     return found
+
 
 if __name__ == "__main__":
     sys.exit(main())

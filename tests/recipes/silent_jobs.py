@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness.launch import Result, shared
-from harness.slurm import jobs_in
+from harness.slurm import jobs_in, processes as slurm_processes
 from tests.slurm.jobs import GPUS, submit
 
 JOB = "recipes/silent_job.sbatch"
@@ -44,25 +44,10 @@ class Job:
     task_env: list[str | None]
 
 
-def _environ(pid: str) -> dict[str, str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return None
-    env = dict(v.split("=", 1) for v in raw.split("\0") if "=" in v)
-    env["\0cmdline"] = cmdline.replace("\0", " ")
-    return env
-
-
-def processes(job_id: str) -> list[dict[str, str]]:
-    """The environment (at its start) of every process of the job, with its cmdline."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (env := _environ(entry.name)):
-            if env.get("SLURM_JOB_ID") == job_id:
-                found.append(env)
-    return found
+def processes(job_id: str) -> list[tuple[str, dict[str, str]]]:
+    """The command line and the environment (at its start) of every process of the job."""
+    return [(" ".join(argv), environ) for _, argv, environ, _ in slurm_processes()
+            if environ.get("SLURM_JOB_ID") == job_id]
 
 
 def watch(workdir: Path, submitted, timeout: float = 400):
@@ -77,9 +62,9 @@ def watch(workdir: Path, submitted, timeout: float = 400):
     job_id = ids[0]
     while True:
         found = processes(job_id)
-        script = [env for env in found if "slurm_script" in env["\0cmdline"]]
-        tasks = [env for env in found if "SLURM_STEP_ID" in env
-                 and "silent_job.py" in env["\0cmdline"] and "srun" not in env["\0cmdline"]]
+        script = [env for cmd, env in found if "slurm_script" in cmd]
+        tasks = [env for cmd, env in found if "SLURM_STEP_ID" in env
+                 and "silent_job.py" in cmd and "srun" not in cmd]
         if len(script) == 1 and len(tasks) == RANKS:
             return job_id, script[0].get("PYTHONUNBUFFERED"), [
                 t.get("PYTHONUNBUFFERED") for t in tasks]
