@@ -53,6 +53,15 @@ class ProfileError(ValueError):
     """A profile that cannot be used, or a job script without the markers it needs."""
 
 
+class TooManyNodes(ProfileError):
+    """A job script for more nodes than a partition lets one job have: it is not
+    rendered for that partition (the pages say why instead)."""
+
+    def __init__(self, message: str, nodes: int, partition: "Partition"):
+        super().__init__(message)
+        self.nodes, self.partition = nodes, partition
+
+
 @dataclass(frozen=True)
 class Partition:
     name: str
@@ -67,6 +76,12 @@ class Partition:
     cores_per_node: int = 0
     threads_per_core: int = 1
     cpu_bind: str = ""
+    mem_per_node: str = ""
+    max_cpus_per_job: int = 0
+    max_nodes: int = 0
+    exclusive: bool | None = None
+    ask_memory: bool | None = None
+    mem_option: str = "mem"
 
     @property
     def key(self) -> str:
@@ -77,6 +92,11 @@ class Partition:
     @property
     def mem_per_gpu_mb(self) -> int:
         return round(_megabytes(self.mem_per_gpu))
+
+    @property
+    def mem_per_node_mb(self) -> int:
+        """The node's memory for jobs in MB, 0 where the profile does not give it."""
+        return round(_megabytes(self.mem_per_node)) if self.mem_per_node else 0
 
     def mem_for(self, gpus: int) -> str:
         """The memory of ``gpus`` GPUs, in the unit of ``mem_per_gpu``: ``"240G"``."""
@@ -121,6 +141,13 @@ class Profile:
     container_image: str = ""
     container_exec: str = ""
     notes: tuple[str, ...] = field(default=())
+    torch: str = ""
+    packages: tuple[str, ...] = ()
+    site_title: str = ""
+    site_logo: str = ""
+    site_links: tuple[tuple[str, str], ...] = ()
+    sources: tuple[str, ...] = ()
+    unconfirmed: tuple[str, ...] = ()
 
     def ask_gpus(self, request: str) -> str:
         """The option that asks for ``request`` GPUs per node (``4`` or ``a100:4``) in the
@@ -157,6 +184,39 @@ class Profile:
     @property
     def is_default(self) -> bool:
         return self.path.resolve() == DEFAULT.resolve()
+
+    def exclusive_on(self, part: Partition) -> bool:
+        """Whether GPU jobs on ``part`` take whole nodes: the partition's own setting,
+        else the cluster's."""
+        return self.exclusive if part.exclusive is None else part.exclusive
+
+    def ask_memory_on(self, part: Partition) -> bool:
+        """Whether GPU jobs on ``part`` must ask for their memory: the partition's own
+        setting, else the cluster's."""
+        return self.ask_memory if part.ask_memory is None else part.ask_memory
+
+    def placeholders(self) -> list[str]:
+        """``key = value: why`` of every value a maintainer must confirm on the real
+        system before publishing: the keys ``[about] unconfirmed`` names, and values that
+        look like examples (``example`` in a host or address, ``xxx`` in a name)."""
+        values = self.values()
+        found = {key: "listed in [about] unconfirmed" for key in self.unconfirmed}
+        for key, value in values.items():
+            text = " ".join(value) if isinstance(value, (list, tuple)) else str(value)
+            if key not in found and re.search(r"example\.|xxx", text, re.IGNORECASE):
+                found[key] = "looks like an example"
+        return [f"{key} = {as_toml(values.get(key, ''))}: {why}" for key, why in found.items()]
+
+    def values(self) -> dict[str, object]:
+        """Every key of the profile as written, ``cluster.account``, ``partitions[1].name``,
+        with its value (defaults included)."""
+        data = tomllib.loads(self.path.read_text())
+        flat = {f"cluster.{k}": v for k, v in data.get("cluster", {}).items()}
+        for i, part in enumerate(data.get("partitions", [])):
+            flat |= {f"partitions[{i}].{k}": v for k, v in part.items()}
+        for table in ("environment", "site"):
+            flat |= {f"{table}.{k}": v for k, v in data.get(table, {}).items()}
+        return flat
 
 
 # --- Schema --------------------------------------------------------------------------------
@@ -203,6 +263,18 @@ PARTITION_KEYS = {
     "cpu_bind": (str, False, "", "CPU binding for the job scripts that start one task per "
                  "GPU (exported as `SLURM_CPU_BIND`), e.g. `\"mask_cpu:...\"` with one mask "
                  "per GPU, in the order of the GPUs; empty: the cluster's default"),
+    "mem_per_node": (str, False, "", "memory a job may take on one node (Slurm's "
+                     "`MaxMemPerNode`, or the nodes' memory less what the system keeps); "
+                     "empty: not checked"),
+    "max_cpus_per_job": (int, False, 0, "the most CPUs one job may have on a node, where the "
+                         "centre caps it below the node's (e.g. 46 with 8 GPUs); 0: no cap"),
+    "max_nodes": (int, False, 0, "the most nodes one job may have (1: single-node jobs only, "
+                  "e.g. nodes without a fast network; job scripts for several nodes are "
+                  "then not shown for it); 0: no limit"),
+    "exclusive": (bool, False, None, "as `[cluster] exclusive`, for this partition only"),
+    "ask_memory": (bool, False, None, "as `[cluster] ask_memory`, for this partition only"),
+    "mem_option": (str, False, "mem", 'how jobs that must ask for memory ask for it: `"mem"` '
+                   '(`--mem=` per node) or `"mem-per-gpu"` (`--mem-per-gpu=`)'),
 }
 ENVIRONMENT_KEYS = {
     "setup": (list, False, [], "the lines that set up the software environment in a job "
@@ -220,12 +292,39 @@ ENVIRONMENT_KEYS = {
                        "every `python`, `torchrun`, `accelerate` and `deepspeed` command of "
                        "the job scripts runs through it"),
     "notes": (list, False, [], "sentences shown on the Your cluster page"),
+    "torch": (str, False, "", "the release of PyTorch the setup lines give, e.g. `\"2.1.2\"` "
+              "for a PyTorch module or container; empty: the reader's own virtual "
+              "environment, made from the guide's requirements.txt (the release the guide "
+              "pins, and every package it needs)"),
+    "packages": (list, False, [], "with `torch`: the other Python packages the environment "
+                 "provides, as pip names them, e.g. `[\"numpy\", \"deepspeed\"]`"),
 }
-TOP_KEYS = {"cluster": dict, "partitions": list, "environment": dict}
+SITE_KEYS = {
+    "title": (str, False, "", "the site's title, e.g. `\"Distributed training on LUMI\"`; "
+              "empty: the guide's own"),
+    "logo": (str, False, "", "an image file shown above the navigation, relative to the "
+             "profile; empty: none"),
+    "links": (dict, False, {}, "links in the site's header back to the centre's pages, "
+              "e.g. `{ \"User guide\" = \"https://...\" }`"),
+}
+ABOUT_KEYS = {
+    "sources": (list, False, [], "where the profile's facts come from, each with the date it "
+                "was read, e.g. `\"docs.example.org/jobs, read 2026-11-27\"`"),
+    "unconfirmed": (list, False, [], "keys whose values are placeholders or guesses to "
+                    "confirm on the real system before publishing, e.g. "
+                    "`[\"cluster.account\", \"environment.modules\"]`"),
+}
+TOP_KEYS = {"cluster": dict, "partitions": list, "environment": dict, "site": dict,
+            "about": dict}
 #: Each table of a profile, as it is written, with its keys.
 TABLES = (("[cluster]", CLUSTER_KEYS), ("[[partitions]]", PARTITION_KEYS),
-          ("[environment]", ENVIRONMENT_KEYS))
+          ("[environment]", ENVIRONMENT_KEYS), ("[site]", SITE_KEYS),
+          ("[about]", ABOUT_KEYS))
 VENDORS = ("nvidia", "amd")
+MEM_OPTIONS = ("mem", "mem-per-gpu")
+_RELEASE = re.compile(r"\d+\.\d+(\.\d+)?")
+#: A container image named by its file (the job scripts add it after the command).
+_IMAGE = re.compile(r"\S+\.(sif|sqsh|squashfs|simg|img)\b")
 GPU_OPTIONS = ("gpus-per-node", "gres")
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
                dict: "a table"}
@@ -331,6 +430,16 @@ def load(path: str | Path | None = None) -> Profile:
         if bad:
             raise ProfileError(f"{where}: {prefix}features has {bad[0]!r}, expected "
                                f"Slurm feature names (letters, digits, _ . -)")
+        if part["mem_per_node"] and not _MEM.match(part["mem_per_node"]):
+            raise ProfileError(f"{where}: {prefix}mem_per_node is {part['mem_per_node']!r}, "
+                               f"expected megabytes or a number with K, M, G or T, e.g. \"500G\"")
+        if part["mem_option"] not in MEM_OPTIONS:
+            raise ProfileError(f"{where}: {prefix}mem_option is {part['mem_option']!r}, "
+                               f"expected one of {', '.join(map(repr, MEM_OPTIONS))}")
+        for key in ("max_cpus_per_job", "max_nodes"):
+            if part[key] < 0:
+                raise ProfileError(f"{where}: {prefix}{key} is {part[key]}, expected 0 "
+                                   f"(no limit) or more")
         partition = Partition(**part | {"features": tuple(part["features"])})
         _check_node(where, prefix, partition)
         partitions.append(partition)
@@ -348,12 +457,46 @@ def load(path: str | Path | None = None) -> Profile:
     if bool(env["container_image"]) != bool(env["container_exec"]):
         raise ProfileError(f"{where}: environment.container_image and "
                            f"environment.container_exec go together: give both or neither")
-    return Profile(path=path, partitions=tuple(partitions), **cluster,
-                   setup=tuple(env["setup"]), modules=tuple(env["modules"]),
-                   variables=tuple(env["variables"].items()),
-                   nccl_socket_ifname=env["nccl_socket_ifname"],
-                   container_image=env["container_image"],
-                   container_exec=env["container_exec"], notes=tuple(env["notes"]))
+    image = _IMAGE.search(env["container_exec"])
+    if image or env["container_image"] and env["container_image"] in env["container_exec"]:
+        named = image[0] if image else env["container_image"]
+        raise ProfileError(f"{where}: environment.container_exec names the image "
+                           f"{named!r}: give the command alone (the job scripts add "
+                           f"$CONTAINER, the image of container_image, after it)")
+    if env["torch"] and not _RELEASE.fullmatch(env["torch"]):
+        raise ProfileError(f"{where}: environment.torch is {env['torch']!r}, expected a "
+                           f"release of PyTorch such as \"2.1.2\"")
+    if env["packages"] and not env["torch"]:
+        raise ProfileError(f"{where}: environment.packages needs environment.torch: name "
+                           f"the release of PyTorch the setup lines give (without it, the "
+                           f"reader's own environment has every package the guide needs)")
+    if cluster["account_required"] and "account" not in data["cluster"]:
+        raise ProfileError(f"{where}: cluster.account_required is true but cluster.account "
+                           f"is not given: set account = \"<the example project name your "
+                           f"documentation uses>\"")
+    site = _check_table(where, data.get("site", {}), SITE_KEYS, "site.")
+    if site["logo"] and not (path.parent / site["logo"]).is_file():
+        raise ProfileError(f"{where}: site.logo is {site['logo']!r}, but there is no such "
+                           f"file next to the profile")
+    about = _check_table(where, data.get("about", {}), ABOUT_KEYS, "about.")
+    profile = Profile(path=path, partitions=tuple(partitions), **cluster,
+                      setup=tuple(env["setup"]), modules=tuple(env["modules"]),
+                      variables=tuple(env["variables"].items()),
+                      nccl_socket_ifname=env["nccl_socket_ifname"],
+                      container_image=env["container_image"],
+                      container_exec=env["container_exec"], notes=tuple(env["notes"]),
+                      torch=env["torch"], packages=tuple(env["packages"]),
+                      site_title=site["title"], site_logo=site["logo"],
+                      site_links=tuple(site["links"].items()),
+                      sources=tuple(about["sources"]),
+                      unconfirmed=tuple(about["unconfirmed"]))
+    known = profile.values()
+    unknown = [key for key in profile.unconfirmed if key not in known]
+    if unknown:
+        raise ProfileError(f"{where}: about.unconfirmed names {unknown[0]!r}, which the "
+                           f"profile does not set (expected a key as written, e.g. "
+                           f"\"cluster.account\" or \"partitions[0].mem_per_gpu\")")
+    return profile
 
 
 def _check_node(where: str, prefix: str, part: Partition) -> None:
@@ -362,6 +505,19 @@ def _check_node(where: str, prefix: str, part: Partition) -> None:
         raise ProfileError(f"{where}: {prefix}threads_per_core must be at least 1 and "
                            f"cores_per_node at least 0 (0: not given)")
     asked = part.cpus_per_gpu * part.gpus_per_node
+    if part.max_cpus_per_job and asked > part.max_cpus_per_job:
+        raise ProfileError(
+            f"{where}: {prefix}cpus_per_gpu is {part.cpus_per_gpu}: {part.gpus_per_node} "
+            f"GPUs would take {asked} CPUs, but a job may have at most "
+            f"{part.max_cpus_per_job} ({prefix}max_cpus_per_job): set cpus_per_gpu = "
+            f"{part.max_cpus_per_job // part.gpus_per_node}")
+    memory = part.mem_per_gpu_mb * part.gpus_per_node
+    if part.mem_per_node_mb and memory > part.mem_per_node_mb:
+        raise ProfileError(
+            f"{where}: {prefix}mem_per_gpu is {part.mem_per_gpu!r}: {part.gpus_per_node} "
+            f"GPUs would take {memory} MB, but a job may have {part.mem_per_node_mb} MB "
+            f"of a node ({prefix}mem_per_node {part.mem_per_node!r}): set mem_per_gpu = "
+            f"\"{part.mem_per_node_mb // part.gpus_per_node}M\" or less")
     if part.cpus_per_node and asked > part.cpus_per_node:
         raise ProfileError(
             f"{where}: {prefix}cpus_per_gpu is {part.cpus_per_gpu}: {part.gpus_per_node} "
@@ -433,6 +589,12 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partitio
         raise ProfileError(f"{where}: marker '#>cluster{args}': expected "
                            f"'#>cluster gpus=node|N|0 tasks=gpu|N'")
     gpus = part.gpus_per_node if attrs["gpus"] == "node" else int(attrs["gpus"])
+    nodes = max((int(m[3]) for m in map(_SBATCH.match, lines)
+                 if m and m[2] == "nodes" and m[3] and m[3].isdigit()), default=1)
+    if part.max_nodes and nodes > part.max_nodes:
+        raise TooManyNodes(f"{where}: asks for {nodes} nodes, but a job on partition "
+                           f"{profile.label(part)} may have at most {part.max_nodes}",
+                           nodes=nodes, partition=part)
     tasks = attrs.get("tasks", "")
     tasks_per_node = gpus if tasks == "gpu" else int(tasks) if tasks.isdigit() else 0
     values = {
@@ -470,10 +632,11 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partitio
         wanted.append(("partition", part.name))
     if profile.account_required:
         wanted.append(("account", profile.account))
-    if gpus and profile.exclusive:
+    if gpus and profile.exclusive_on(part):
         wanted.append(("exclusive", None))
-    if gpus and profile.ask_memory and not seen & {"mem-per-gpu", "mem-per-cpu"}:
-        wanted.append(("mem", values["mem"]))  # the three exclude one another
+    if (gpus and profile.ask_memory_on(part)
+            and not seen & {"mem", "mem-per-gpu", "mem-per-cpu"}):  # each excludes the others
+        wanted.append((part.mem_option, values[part.mem_option]))
     out += [f"#SBATCH --{key}" + (f"={value}" if value is not None else "")
             for key, value in wanted if key not in seen]
     return out
@@ -605,10 +768,25 @@ def keys_text() -> str:
 
 
 def as_toml(value) -> str:
-    """A default as a profile would write it: ``true``, ``"myproject"``, ``[]``."""
+    """A default as a profile would write it: ``true``, ``"myproject"``, ``[]``; a key
+    that follows another where not set (None): ``as [cluster]``."""
+    if value is None:
+        return "as [cluster]"
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value).replace("'", '"')
+
+
+def check_docs_text(p: Profile) -> str:
+    """What a maintainer confirms before publishing the site for ``p``: its sources and
+    every placeholder still in it."""
+    lines = [f"{p.path}: {p.name}"]
+    lines += ["Sources:", *(f"  {s}" for s in p.sources)] if p.sources else [
+        "Sources: none named ([about] sources): say where each fact comes from"]
+    found = p.placeholders()
+    lines += ([f"{len(found)} value(s) to confirm on the real system before publishing:"]
+              + [f"  {line}" for line in found]) if found else ["No placeholders."]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -625,12 +803,23 @@ def main(argv: list[str] | None = None) -> int:
                         "profile renders it")
     parser.add_argument("--partition", help="with --render: for this partition (default: "
                         "the first)")
+    parser.add_argument("--check-docs", action="store_true", help="list every value to "
+                        "confirm on the real system before publishing, and the profile's "
+                        "sources")
+    parser.add_argument("--torch", action="store_true", help="print the release of PyTorch "
+                        "the profile's environment gives (empty: the guide's own)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.keys:
         print(keys_text(), end="")
         return 0
     try:
         p = load(args.profile)
+        if args.torch:
+            print(p.torch)
+            return 0
+        if args.check_docs:
+            print(check_docs_text(p), end="")
+            return 0
         if args.render:
             job = Path(args.render)
             if not job.exists():

@@ -90,8 +90,9 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
      r"partitions: a partition name appears twice"),
     (lambda t: t.replace("[cluster]", "[cluster\n"), r"not valid TOML \("),
     # A key in the wrong table, a GPU type in the count, one bracket for two: each says where.
-    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\nexclusive = true'),
-     r"unknown key partitions\[0\]\.exclusive \(expected one of: .*; it belongs in \[cluster\]\)$"),
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\naccount_required = true'),
+     r"unknown key partitions\[0\]\.account_required \(expected one of: .*; it belongs in "
+     r"\[cluster\]\)$"),
     (lambda t: t.replace("gpus_per_node = 4", 'gpus_per_node = "A100:4"'),
      r"partitions\[0\]\.gpus_per_node is 'A100:4', expected an integer \(the GPU type goes "
      r"in gpu_type"),
