@@ -2,7 +2,13 @@
 # With TORCH=2.X.Y (make test TORCH=2.6.0), in .venv-torch-2.X.Y instead: requirements.txt
 # with that release of torch, and the packages tools/torch-releases.txt changes for it.
 PYTHON ?= python3
-TORCH ?=
+# make test and make releases for a centre whose environment gives another release than
+# the pin (CENTRE=profiles/x.toml with [environment] torch = "2.4.1") run on that release:
+# TORCH defaults to it (TORCH= on the command line still wins; TORCH= alone, the pin).
+PIN := $(shell sed -n 's/^torch==\([0-9.]*\).*/\1/p' requirements.txt)
+ON_CENTRE_RELEASE := $(and $(CENTRE),$(filter test releases,$(MAKECMDGOALS)))
+CENTRE_TORCH := $(if $(ON_CENTRE_RELEASE),$(shell $(PYTHON) -m harness.profile $(CENTRE) --torch 2>/dev/null))
+TORCH ?= $(filter-out $(PIN),$(CENTRE_TORCH))
 VENV := $(if $(TORCH),.venv-torch-$(TORCH),.venv)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -36,6 +42,8 @@ help:
 	@echo "                (CENTRE=profiles/x.toml: for that centre's cluster, also for make test)"
 	@echo "make test       run every test this machine can run"
 	@echo "make test TORCH=2.X.Y  the same with another release of torch (in .venv-torch-2.X.Y)"
+	@echo "make test CENTRE=profiles/x.toml  with the release its environment gives, only the"
+	@echo "                tests of the scripts it can run (python -m harness.software lists the others)"
 	@echo "make releases PYTEST_ARGS=tests/c/test_n.py  record the release those tests pass on"
 	@echo "make test-gpu   run the multi-GPU tests (inside a GPU allocation); report in gpu-report/"
 	@echo "                (PYTHON=python3: in that Python as it is, installing nothing)"
@@ -63,7 +71,8 @@ $(STAMP): requirements.txt tools/torch-releases.txt tools/torch_requirements.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	echo '*' > $(VENV)/.gitignore
 	$(PYTHON) tools/torch_requirements.py $(TORCH) > $(VENV)/requirements.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt \
+	    || { echo "make: pip cannot install PyTorch $(TORCH) here (Python $$($(BIN)/python -c 'import platform; print(platform.python_version())')): see pip's lines above$(if $(filter $(TORCH),$(CENTRE_TORCH)), (the release of $(CENTRE)'s [environment] torch))" >&2; exit 1; }
 	touch $@
 endif
 

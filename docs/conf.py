@@ -139,6 +139,9 @@ copybutton_only_copy_prompt_lines = True  # an output's copy button copies its c
 copybutton_line_continuation_character = "\\"
 
 html_theme = "sphinx_book_theme"
+# A centre's profile may give the site its own look ([site]): the centre extension
+# (docs/_ext/centre.py) then replaces this title, adds its logo, and puts links back to
+# the centre's pages in each page's header. The default profile keeps the guide's own.
 html_title = "Distributed PyTorch on HPC clusters"
 html_static_path = ["_static"]
 html_css_files = ["lesson.css", "site.css"]

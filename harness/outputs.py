@@ -111,8 +111,8 @@ VARYING: dict[str, list[tuple[str, str, str]]] = {
         (r"\d+ deselected", "<n> deselected", "the number of tests that need no GPU")],
     "troubleshooting/*.out": [
         (f"(?:{GLOO_ERROR}).*", "<gloo error>", "which side of a broken collective notices first"),
-        (r"\[(pair|unbound_buffer)\.cc:<line>\]", "[<gloo source>]",
-         "which part of gloo notices first")],
+        (r"\[(?:[\w./]*/)?(pair|unbound_buffer)\.cc:<line>\]", "[<gloo source>]",
+         "which part of gloo notices first (releases before 2.6 print its path)")],
     "troubleshooting/crash.summary.out": [
         (r"(?m)^(  time +: ).*$", r"\1<time>", "when it ran"),
         (r"(?m)^(  host +: ).*$", r"\1<host>", "the machine's name")],

@@ -108,6 +108,10 @@ class Partition:
         """The CPUs Slurm counts on a node (cores times threads), 0 where not given."""
         return self.cores_per_node * self.threads_per_core
 
+    def takes(self, nodes: int) -> bool:
+        """Whether a job of ``nodes`` nodes may run here (``max_nodes``)."""
+        return not self.max_nodes or nodes <= self.max_nodes
+
     def gpu_request(self, gpus: int | None = None, typed: bool = False) -> str:
         """The value of ``--gpus-per-node`` for ``gpus`` GPUs (default: the whole node):
         with the GPU type where the partition's jobs name it, or where ``typed`` asks for
@@ -208,8 +212,8 @@ class Profile:
         return [f"{key} = {as_toml(values.get(key, ''))}: {why}" for key, why in found.items()]
 
     def values(self) -> dict[str, object]:
-        """Every key of the profile as written, ``cluster.account``, ``partitions[1].name``,
-        with its value (defaults included)."""
+        """Every key the profile file writes, ``cluster.account``, ``partitions[1].name``,
+        with its value (keys left at their defaults are not in it)."""
         data = tomllib.loads(self.path.read_text())
         flat = {f"cluster.{k}": v for k, v in data.get("cluster", {}).items()}
         for i, part in enumerate(data.get("partitions", [])):
@@ -294,7 +298,7 @@ ENVIRONMENT_KEYS = {
     "notes": (list, False, [], "sentences shown on the Your cluster page"),
     "torch": (str, False, "", "the release of PyTorch the setup lines give, e.g. `\"2.1.2\"` "
               "for a PyTorch module or container; empty: the reader's own virtual "
-              "environment, made from the guide's requirements.txt (the release the guide "
+              "environment, made from the guide's `requirements.txt` (the release the guide "
               "pins, and every package it needs)"),
     "packages": (list, False, [], "with `torch`: the other Python packages the environment "
                  "provides, as pip names them, e.g. `[\"numpy\", \"deepspeed\"]`"),
@@ -470,7 +474,7 @@ def load(path: str | Path | None = None) -> Profile:
         raise ProfileError(f"{where}: environment.packages needs environment.torch: name "
                            f"the release of PyTorch the setup lines give (without it, the "
                            f"reader's own environment has every package the guide needs)")
-    if cluster["account_required"] and "account" not in data["cluster"]:
+    if cluster["account_required"] and not data["cluster"].get("account", "").strip():
         raise ProfileError(f"{where}: cluster.account_required is true but cluster.account "
                            f"is not given: set account = \"<the example project name your "
                            f"documentation uses>\"")
@@ -506,11 +510,13 @@ def _check_node(where: str, prefix: str, part: Partition) -> None:
                            f"cores_per_node at least 0 (0: not given)")
     asked = part.cpus_per_gpu * part.gpus_per_node
     if part.max_cpus_per_job and asked > part.max_cpus_per_job:
+        fits = part.max_cpus_per_job // part.gpus_per_node
         raise ProfileError(
             f"{where}: {prefix}cpus_per_gpu is {part.cpus_per_gpu}: {part.gpus_per_node} "
             f"GPUs would take {asked} CPUs, but a job may have at most "
-            f"{part.max_cpus_per_job} ({prefix}max_cpus_per_job): set cpus_per_gpu = "
-            f"{part.max_cpus_per_job // part.gpus_per_node}")
+            f"{part.max_cpus_per_job} ({prefix}max_cpus_per_job): " + (
+                f"set cpus_per_gpu = {fits}" if fits else
+                f"that is less than one CPU per GPU: check max_cpus_per_job"))
     memory = part.mem_per_gpu_mb * part.gpus_per_node
     if part.mem_per_node_mb and memory > part.mem_per_node_mb:
         raise ProfileError(
@@ -589,9 +595,9 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partitio
         raise ProfileError(f"{where}: marker '#>cluster{args}': expected "
                            f"'#>cluster gpus=node|N|0 tasks=gpu|N'")
     gpus = part.gpus_per_node if attrs["gpus"] == "node" else int(attrs["gpus"])
-    nodes = max((int(m[3]) for m in map(_SBATCH.match, lines)
-                 if m and m[2] == "nodes" and m[3] and m[3].isdigit()), default=1)
-    if part.max_nodes and nodes > part.max_nodes:
+    nodes = max((int(n) for m in map(_SBATCH.match, lines) if m and m[2] == "nodes"
+                 for n in re.findall(r"\d+", m[3] or "")), default=1)  # 2, or 1-2
+    if not part.takes(nodes):
         raise TooManyNodes(f"{where}: asks for {nodes} nodes, but a job on partition "
                            f"{profile.label(part)} may have at most {part.max_nodes}",
                            nodes=nodes, partition=part)

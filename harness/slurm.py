@@ -339,28 +339,60 @@ LOCAL_GPU_TYPE = "a100"
 
 def cluster_shape(profile: centre.Profile) -> dict[str, str]:
     """tools/local-slurm/start's settings for a cluster shaped like ``profile``'s first
-    partition: its GPUs per node (as GRES of its type), their features, CPUs and memory
-    per node, and
-    every partition name of the profile (the first is the default), and debug."""
+    partition: its GPUs per node (as GRES of its type), their features, CPUs per node
+    (cores x threads where the profile gives them, else its GPUs' CPUs) and memory per
+    node (``mem_per_node`` where given, else its GPUs' memory); every partition name of
+    the profile (the first is the default) with the limits Slurm enforces
+    (:func:`partition_limits`), and debug, without limits."""
     part = profile.partition
+    memory = part.mem_per_node_mb or part.gpus_per_node * part.mem_per_gpu_mb
     return {"LOCAL_SLURM_GPUS": str(part.gpus_per_node),
             "LOCAL_SLURM_GPU_TYPE": part.gpu_type or LOCAL_GPU_TYPE,
             "LOCAL_SLURM_FEATURES": ",".join(part.features),
-            "LOCAL_SLURM_CPUS": str(part.gpus_per_node * part.cpus_per_gpu),
-            "LOCAL_SLURM_MEMORY": str(int(part.gpus_per_node * part.mem_per_gpu_mb)),
+            "LOCAL_SLURM_CPUS": str(part.cpus_per_node or part.gpus_per_node * part.cpus_per_gpu),
+            "LOCAL_SLURM_MEMORY": str(int(memory)),
             # and a partition for the tests of the harness itself
-            "LOCAL_SLURM_PARTITIONS": " ".join(dict.fromkeys(
-                [p.name for p in profile.partitions] + ["debug"]))}
+            "LOCAL_SLURM_PARTITIONS": " ".join(
+                ",".join([name, *partition_limits(profile, name, memory)])
+                for name in dict.fromkeys([*(p.name for p in profile.partitions), "debug"]))}
 
 
-def start_cluster(state_dir: Path) -> Path:
-    """Start the two-node cluster in ``state_dir``; return its slurm.conf.
+def partition_limits(profile: centre.Profile, name: str, node_memory: int) -> list[str]:
+    """The slurm.conf limits of partition ``name`` (``MaxNodes=1``...): those Slurm can
+    enforce of the profile's ``max_nodes``, ``mem_per_node`` and ``max_cpus_per_job``.
+
+    A job above one is refused at submission (EnforcePartLimits=ALL). The CPU cap is
+    ``MaxCPUsPerNode``, the CPUs of a node that the partition's jobs may use together
+    (without an accounting database, Slurm has no limit per job): measured on Slurm
+    22.05, a job that asks more is refused, and two jobs within the cap still share a
+    node's CPUs (OverSubscribe=FORCE:2). Where one Slurm partition has nodes of several
+    GPU types (several entries of one name), a limit holds only where every entry has
+    it, at the loosest value. ``DefMemPerNode`` goes with a memory limit below the
+    node's memory: a job that asks for none would otherwise ask for the whole node's,
+    and be refused."""
+    parts = [p for p in profile.partitions if p.name == name]
+    if not parts:
+        return []
+    found = []
+    for key, values in (("MaxNodes", [p.max_nodes for p in parts]),
+                        ("MaxMemPerNode", [p.mem_per_node_mb for p in parts]),
+                        ("MaxCPUsPerNode", [p.max_cpus_per_job for p in parts])):
+        if all(values):  # 0: no limit
+            found.append(f"{key}={max(values)}")
+            if key == "MaxMemPerNode" and max(values) < node_memory:
+                found.append(f"DefMemPerNode={max(values)}")
+    return found
+
+
+def start_cluster(state_dir: Path, profile: centre.Profile | None = None) -> Path:
+    """Start the two-node cluster in ``state_dir``, shaped like ``profile`` (default: the
+    centre's); return its slurm.conf.
 
     The daemons do not carry the harness's tags: they are not a run's processes,
     and the munged they may start can outlive the session, serving another cluster.
     """
     env = {k: v for k, v in os.environ.items() if k not in (SESSION_TAG, RUN_TAG)}
-    env |= cluster_shape(centre.load())
+    env |= cluster_shape(profile or centre.load())
     started = subprocess.run([str(LOCAL_SLURM / "start"), str(state_dir)], env=env,
                              capture_output=True, text=True, timeout=120)
     if started.returncode != 0:

@@ -172,6 +172,11 @@ NEEDS_LESS = {
                               "which needs 2.10; the conversion itself is older",
     "memory/memory_snapshot.py": "it runs from 2.10 on; its output, the profiler's byte "
                                  "counts, differs between releases",
+    "basics/ranks.py": "it runs on 2.4 too, but its test of two torchruns hung on 2.4 in "
+                       "four runs of nine after every rank had printed (a torchrun did "
+                       "not exit); it has not hung on the releases of its range",
+    "ddp/elastic.py": "it restarts and resumes bit for bit on 2.4 too; torchrun 2.4's "
+                      "report of the crash, which the test reads, names the other rank",
     "troubleshooting/crash.py": "it crashes as intended on every release; torchrun's report "
                                 "of the crash, which the test reads, changed in 2.13",
 }

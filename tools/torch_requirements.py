@@ -41,6 +41,9 @@ def requirements(release: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or not re.fullmatch(r"\d+\.\d+\.\d+", sys.argv[1]):
+    if len(sys.argv) != 2:
         sys.exit("usage: python tools/torch_requirements.py <torch release, e.g. 2.6.0>")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", sys.argv[1]):  # e.g. a profile's "2.1"
+        sys.exit(f"tools/torch_requirements.py: PyTorch {sys.argv[1]!r} is not a release pip "
+                 f"can install: name all three numbers, such as 2.6.0")
     print("\n".join(requirements(sys.argv[1])))

@@ -18,7 +18,9 @@ the notebook's name and the cell's number, followed by its download link.
 Job scripts (``.sbatch``) follow the centre profile (``harness/profile.py``, the
 ``centre`` setting of conf.py): the page shows, and offers for download, the script
 the profile renders, which is the one the tests submit. The rendered copies live in
-the build's doctree folder, under ``rendered/``.
+the build's doctree folder, under ``rendered/``. For a partition that takes fewer nodes
+than the script asks for (``max_nodes``), one sentence stands in its place: the nodes
+the job needs, the partition's limit, and the partitions that take it.
 
 How each page was tested goes into one collapsed box under its title, and nowhere else:
 what the page's ``how-tested`` directive says (the launcher, the processes, the machine,
@@ -27,6 +29,13 @@ passed its tests on, as it is now (``snippets_torch_versions``: only the records
 its content count, harness/torch_versions.py), and which of them have run on GPUs, on which
 GPUs and when (``snippets_gpu_runs``, harness/gpu_report.py). A snippet that uses PyTorch
 (its text names torch) and has no tested release for its content fails the build.
+
+For a profile whose environment names its release of PyTorch (``[environment] torch``),
+a note under each script it cannot run as it is says why and what to change (a newer
+PyTorch, a missing package: harness/software.py), the box says which release it gives
+beside the range, and the build ends with one line (information, not a warning) with
+their count and ``python -m harness.software``, which lists them; the Your cluster page
+lists them too (docs/_ext/centre.py). Nothing of this for a profile without ``torch``.
 
 ``{from-run}`path: regex``` writes into a sentence the text that the regex's group matches
 in the first matching line of a captured output (``path`` relative to ``snippets/``), so a
@@ -106,6 +115,24 @@ def _rendered_target(env, path: str, partition: str | None = None) -> str:
     return "/" + os.path.relpath(copy, env.srcdir)
 
 
+def _either(items: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return " or ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+def runs_nowhere(env, path: Path) -> bool:
+    """Whether job script ``path`` asks for more nodes than a job on any partition of the
+    build's profile may have: its pages show a sentence in its place, and no download."""
+    profile, centre = _profile_module(), _centre(env)
+    for part in centre.partitions:
+        try:
+            profile.render_file(path, centre, centre.label(part))
+        except profile.TooManyNodes:
+            continue
+        return False
+    return True
+
+
 def _range_text(oldest: str, newest: str) -> str:
     return f"PyTorch {oldest}" if oldest == newest else f"PyTorch {oldest} to {newest}"
 
@@ -140,8 +167,11 @@ class Snippet(LiteralInclude):
         if _profile_module().needs_rendering(path):
             centre = _centre(env)
             if self.download and "partition" not in self.options and len(centre.partitions) > 1:
-                return self.partition_tabs(path, centre)
-            self.arguments[0] = _rendered_target(env, path, self.options.get("partition"))
+                return self.partition_tabs(path, centre) + self.software_notes(env, path)
+            try:
+                self.arguments[0] = _rendered_target(env, path, self.options.get("partition"))
+            except _profile_module().TooManyNodes as error:
+                return self.too_many_nodes(env, path, centre, error)
         else:
             self.arguments[0] = _target(env, path)
         self.options.setdefault("language", LANGUAGES.get(Path(path).suffix, "text"))
@@ -152,6 +182,8 @@ class Snippet(LiteralInclude):
             if not excerpt:  # an excerpt's file is offered where the page shows it whole
                 result.append(self.download_link(env, path, self.arguments[0]))
             result.extend(self.tested_with(env, path))
+            if not excerpt and "partition" not in self.options:  # once, not in each tab
+                result.extend(self.software_notes(env, path))
         return result
 
     def caption(self, path: str, excerpt: bool) -> str:
@@ -181,6 +213,22 @@ class Snippet(LiteralInclude):
         self.state.nested_parse(StringList(lines, "partition tabs"), self.content_offset, node)
         return node.children
 
+    def too_many_nodes(self, env, path: str, centre, error) -> list:
+        """In place of a job script for more nodes than a job on the partition may have
+        (``max_nodes``): one sentence that says so, and on which partitions it runs."""
+        env.note_dependency(str(snippets_dir(env) / path))
+        part = error.partition
+        about = f" ({part.description})" if part.description else ""
+        takers = [f"`{centre.label(p)}`" for p in centre.partitions if p.takes(error.nodes)]
+        where = (f"run it on {_either(takers)}" if takers else
+                 f"no partition of {centre.name} takes a job of {error.nodes} nodes")
+        text = (f"`{Path(path).name}` needs {error.nodes} nodes, but a job on "
+                f"`{centre.label(part)}`{about} may have at most {part.max_nodes}: {where}.")
+        node = nodes.container(classes=["snippet-too-many-nodes"])
+        node["not_prose"] = True  # it stands for code: not in the page's reading budget
+        self.state.nested_parse(StringList([text], "too many nodes"), self.content_offset, node)
+        return [node, *self.tested_with(env, path)]
+
     def notebook(self, env, path):
         """The notebook's code cells as IPython blocks, and its download link."""
         file = snippets_dir(env) / path
@@ -196,6 +244,7 @@ class Snippet(LiteralInclude):
             result.append(container_wrapper(self, block, f"{Path(path).name}, cell {number}"))
         result.append(self.download_link(env, path, _target(env, path)))
         result.extend(self.tested_with(env, path))
+        result.extend(self.software_notes(env, path))
         return result
 
     def download_link(self, env, path, target):
@@ -226,6 +275,38 @@ class Snippet(LiteralInclude):
         node = tested_marker()
         node["oldest"], node["newest"], node["path"] = *found, path
         return [node]
+
+    def software_notes(self, env, path: str) -> list:
+        """Under a script that the centre's environment (``[environment] torch``) cannot
+        run as it is: why, and what the reader changes (harness/software.py), in a note
+        that does not count towards the page's reading budget. Nothing for a profile
+        without ``torch``: the reader's own environment has everything."""
+        centre = _centre(env)
+        if not centre.torch:
+            return []
+        env.note_dependency(str(centre.path))
+        from harness import software
+        found = software.problems(path, centre, snippets_dir(env))
+        if not found:
+            return []
+        if not hasattr(env, "snippets_software"):
+            env.snippets_software = {}
+        env.snippets_software.setdefault(env.docname, {})[path] = [p.reason for p in found]
+        lines = [f"````{{admonition}} On {centre.name}", ":class: warning", ""]
+        for problem in found:
+            link = f" ({{doc}}`/{problem.page}`)" if problem.page and not problem.lines else ""
+            lines.append(f"`{Path(path).name}` {problem.sentence}. {problem.fix}{link}"
+                         + ("" if problem.lines else "."))
+            if problem.lines:
+                lines += ["", "```bash", *problem.lines, "```"]
+                if problem.page:
+                    lines += ["", f"{{doc}}`/{problem.page}` says more."]
+        lines.append("````")
+        node = nodes.container()
+        self.state.nested_parse(StringList(lines, "software notes"), self.content_offset, node)
+        for child in node.children:
+            child["not_prose"] = True
+        return node.children
 
 
 class SnippetOutput(Snippet):
@@ -281,6 +362,15 @@ def page_range(app, doctree):
         box["summary"] = f"How this page was tested ({_page_range(ranges)})"
         box += releases(ranges)
         box += nodes.paragraph("", gpu_text(app.env, sorted(ranges)))
+        centre = _centre(app.env)
+        if centre.torch:  # the release the centre's environment gives, beside the range
+            box["summary"] = (f"How this page was tested ({_page_range(ranges)}; "
+                              f"{centre.name} gives {centre.torch})")
+            from harness import software
+            root = snippets_dir(app.env)
+            stopped = {path: found[0].reason for path in ranges
+                       if (found := software.problems(path, centre, root))}
+            box += nodes.paragraph("", centre_text(centre, ranges, stopped))
     else:
         box["summary"] = "How this page was tested"
     title.parent.insert(title.parent.index(title) + 1, box)
@@ -308,6 +398,30 @@ def releases(ranges: dict) -> list:
         items += nodes.list_item("", nodes.paragraph("", f"{Path(path).name}: {_range_text(*found)}"))
     return [nodes.paragraph("", "The tests of the scripts on this page passed with these "
                                 "releases of PyTorch:"), items]
+
+
+def centre_text(centre, ranges: dict, stopped: dict) -> str:
+    """What the release of the centre's environment means for the page's scripts: those
+    it cannot run as they are (``stopped``: {path: why}), and those whose tests have not
+    run on it."""
+    release = centre.torch
+    outside = [Path(path).name for path, (oldest, newest) in ranges.items()
+               if path not in stopped and not _key(oldest) <= _key(release) <= _key(newest)]
+    text = f"The environment of {centre.name} gives PyTorch {release}"
+    if not outside and not stopped:
+        return f"{text}, within the range of every script on this page."
+    parts = []
+    if outside:
+        parts.append(f"the tests of {_names(outside)} have not run with it yet")
+    if stopped:
+        parts.append("it cannot run " + _names([f"{Path(path).name} ({why})"
+                                                for path, why in stopped.items()])
+                     + (" as it is" if len(stopped) == 1 else " as they are"))
+    return f"{text}: {'; '.join(parts)}."
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def visit_box(self, node):
@@ -367,12 +481,30 @@ def gpu_text(env, paths: list[str]) -> str:
 
 def purge(app, env, docname):
     getattr(env, "snippets_untested", {}).pop(docname, None)
+    getattr(env, "snippets_software", {}).pop(docname, None)
 
 
 def merge(app, env, docnames, other):
-    if not hasattr(env, "snippets_untested"):
-        env.snippets_untested = {}
-    env.snippets_untested.update(getattr(other, "snippets_untested", {}))
+    for name in ("snippets_untested", "snippets_software"):
+        if not hasattr(env, name):
+            setattr(env, name, {})
+        getattr(env, name).update(getattr(other, name, {}))
+
+
+def software_summary(app, exception):
+    """One line at the end of the build (information, not a warning): how many of the
+    scripts the pages show the centre's environment cannot run as they are, and the
+    command that lists them."""
+    if exception is not None:
+        return
+    centre = _centre(app.env)
+    found = {path for paths in getattr(app.env, "snippets_software", {}).values()
+             for path in paths}
+    if centre.torch and found:
+        logger.info("The environment of %s (PyTorch %s) cannot run %d of the scripts the "
+                    "pages show as they are (each has a note under it): python -m "
+                    "harness.software %s lists them", centre.name, centre.torch, len(found),
+                    os.path.relpath(centre.path, Path(app.srcdir).parent))
 
 
 def check_tested(app, env):
@@ -415,7 +547,8 @@ def check_coverage(app, env):
         rel = path.relative_to(root.parent)
         if path not in included:
             logger.warning("%s is not shown on any page", rel, type="snippets", subtype="unused")
-        elif path.suffix != ".out" and path not in downloadable:
+        elif (path.suffix != ".out" and path not in downloadable
+              and not (path.suffix == ".sbatch" and runs_nowhere(env, path))):
             logger.warning("%s is not offered for download on any page", rel,
                            type="snippets", subtype="unused")
 
@@ -437,4 +570,5 @@ def setup(app):
     app.connect("env-merge-info", merge)
     app.connect("env-check-consistency", check_coverage)
     app.connect("env-check-consistency", check_tested)
+    app.connect("build-finished", software_summary)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -18,7 +18,7 @@ from tests.slurm.jobs import GPUS, PROFILE, job_end
 SNIPPET = "cheatsheet/debug.sbatch"
 #: The job asks for 2 GPUs; where the profile makes GPU jobs take whole nodes
 #: (--exclusive), Slurm gives it every GPU of the node, and torchrun starts one process each.
-RANKS = GPUS if PROFILE.exclusive else 2
+RANKS = GPUS if PROFILE.exclusive_on(PROFILE.partition) else 2
 FILES = ("cheatsheet/ranks.py",)
 VARIABLES = ("CUDA_LAUNCH_BLOCKING=1\nNCCL_DEBUG=INFO\nTORCH_DISTRIBUTED_DEBUG=DETAIL\n"
              "TORCH_NCCL_ASYNC_ERROR_HANDLING=1\nTORCH_SHOW_CPP_STACKTRACES=1\n")

@@ -120,6 +120,67 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
      r"environment\.variables has 'NCCL-X', expected a shell variable name"),
     (lambda t: t.replace("setup = []", "setup = []\nvariables = { NCCL_X = 1 }"),
      r"environment\.variables must be a table of strings"),
+    # A rule that needs another key: an account to name, a release for the packages.
+    (lambda t: t.replace('account = "myproject"\n', "").replace(
+        "account_required = false", "account_required = true"),
+     r"cluster\.account_required is true but cluster\.account is not given: set account = "),
+    (lambda t: t.replace('account = "myproject"', 'account = ""').replace(
+        "account_required = false", "account_required = true"),
+     r"cluster\.account_required is true but cluster\.account is not given"),
+    (lambda t: t.replace("setup = []", 'setup = []\npackages = ["numpy"]'),
+     r"environment\.packages needs environment\.torch: name the release of PyTorch the "
+     r"setup lines give"),
+    # A container command that names the image itself, by its file or as container_image.
+    (lambda t: t.replace("setup = []", 'setup = []\ncontainer_image = "/images/pytorch.sif"\n'
+                         'container_exec = "apptainer exec /images/pytorch.sif"'),
+     r"environment\.container_exec names the image '/images/pytorch\.sif': give the command "
+     r"alone \(the job scripts add \$CONTAINER, the image of container_image, after it\)$"),
+    (lambda t: t.replace("setup = []", 'setup = []\ncontainer_image = "/images/torch"\n'
+                         'container_exec = "podman run /images/torch"'),
+     r"environment\.container_exec names the image '/images/torch': give the command alone"),
+    # A release of PyTorch that is not one.
+    (lambda t: t.replace("setup = []", 'setup = []\ntorch = "latest"'),
+     r"environment\.torch is 'latest', expected a release of PyTorch such as \"2\.1\.2\"$"),
+    (lambda t: t.replace("setup = []", 'setup = []\ntorch = "2.1.2+cu121"'),
+     r"environment\.torch is '2\.1\.2\+cu121', expected a release of PyTorch"),
+    (lambda t: t.replace("setup = []", "setup = []\ntorch = 2.1"),
+     r"environment\.torch is 2\.1, expected a string$"),
+    # What a job on the partition may not have: more CPUs or memory than the centre lets
+    # one job have on a node.
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 8\nmax_cpus_per_job = 30"),
+     r"partitions\[0\]\.cpus_per_gpu is 8: 4 GPUs would take 32 CPUs, but a job may have at "
+     r"most 30 \(partitions\[0\]\.max_cpus_per_job\): set cpus_per_gpu = 7$"),
+    (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 8\nmax_cpus_per_job = 3"),
+     r"but a job may have at most 3 \(partitions\[0\]\.max_cpus_per_job\): that is less "
+     r"than one CPU per GPU: check max_cpus_per_job$"),
+    (lambda t: t.replace('mem_per_gpu = "60G"', 'mem_per_gpu = "60G"\nmem_per_node = "200G"'),
+     r"partitions\[0\]\.mem_per_gpu is '60G': 4 GPUs would take 245760 MB, but a job may "
+     r"have 204800 MB of a node \(partitions\[0\]\.mem_per_node '200G'\): set mem_per_gpu = "
+     r"\"51200M\" or less$"),
+    # Limits Slurm could not read.
+    (lambda t: t.replace('mem_per_gpu = "60G"', 'mem_per_gpu = "60G"\nmem_per_node = "500 GB"'),
+     r"partitions\[0\]\.mem_per_node is '500 GB', expected megabytes or a number with K, M, "
+     r"G or T, e\.g\. \"500G\"$"),
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\nmem_option = "mem_per_gpu"'),
+     r"partitions\[0\]\.mem_option is 'mem_per_gpu', expected one of 'mem', 'mem-per-gpu'$"),
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\nmax_nodes = -1'),
+     r"partitions\[0\]\.max_nodes is -1, expected 0 \(no limit\) or more$"),
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\nmax_cpus_per_job = -46'),
+     r"partitions\[0\]\.max_cpus_per_job is -46, expected 0 \(no limit\) or more$"),
+    (lambda t: t.replace('name = "gpu"', 'name = "gpu"\nexclusive = "yes"'),
+     r"partitions\[0\]\.exclusive is 'yes', expected true or false$"),
+    # [about] names a key the profile does not write; [site] a logo that is not there.
+    (lambda t: t + '\n[about]\nunconfirmed = ["cluster.acount"]\n',
+     r"about\.unconfirmed names 'cluster\.acount', which the profile does not set \(expected "
+     r"a key as written, e\.g\. \"cluster\.account\""),
+    (lambda t: t + '\n[about]\nunconfirmed = ["partitions[0].max_nodes"]\n',
+     r"about\.unconfirmed names 'partitions\[0\]\.max_nodes', which the profile does not set"),
+    (lambda t: t + '\n[site]\nlogo = "logo.png"\n',
+     r"site\.logo is 'logo\.png', but there is no such file next to the profile$"),
+    (lambda t: t + '\n[site]\nlinks = { "User guide" = 1 }\n',
+     r"site\.links must be a table of strings"),
+    (lambda t: t + '\n[about]\nsource = ["x"]\n',
+     r"unknown key about\.source \(expected one of: sources, unconfirmed\)$"),
 ])
 def test_a_bad_profile_is_one_line_naming_file_key_and_expectation(tmp_path, change, expected):
     path = write(tmp_path, change(GOOD))
@@ -162,9 +223,15 @@ def test_the_default_profile_shows_each_job_script_as_it_is(script):
 @pytest.mark.parametrize("script", JOB_SCRIPTS, ids=lambda p: p.name)
 def test_every_profile_renders_every_job_script_for_each_partition(script, centre):
     """No marker survives, the partition is asked for (or is the default), and a script
-    that takes every GPU of a node asks for that partition's."""
+    that takes every GPU of a node asks for that partition's; a script for more nodes
+    than a job on the partition may have is not rendered for it (the pages say why)."""
     p = profile.load(centre)
+    nodes = int((re.search(r"^#SBATCH --nodes=(\d+)", script.read_text(), re.M) or [0, 1])[1])
     for part in p.partitions:
+        if not part.takes(nodes):
+            with pytest.raises(profile.TooManyNodes, match=f"asks for {nodes} nodes"):
+                profile.render_file(script, p, p.label(part))
+            continue
         text = profile.render_file(script, p, p.label(part))
         assert not re.search(r"^#[<>]", text, re.M)
         asks = re.search(rf"^#SBATCH --partition={part.name}(\s|$)", text, re.M)
@@ -187,7 +254,7 @@ def test_the_h100_profile_changes_the_lines_it_owns():
     assert "#SBATCH --account=p_myproject   # the project" in text
     assert "#SBATCH --exclusive\n#SBATCH --output" in text
     # in place of the script's own line, source .venv/bin/activate
-    assert "\nmodule purge\nmodule load python/3.12 cuda/12.6\nexport OMP" in text
+    assert "\nmodule purge\nmodule load pytorch/2.4.1 scikit-learn/1.5.2\nexport OMP" in text
     assert ".venv" not in text
     torchrun = profile.render_file(SNIPPETS / "slurm" / "one_node_torchrun.sbatch", h100)
     assert "#SBATCH --ntasks-per-node=1\n" in torchrun  # one torchrun per node...
@@ -231,6 +298,111 @@ def test_the_hardware_script_asks_for_the_partitions_type_and_feature_where_it_h
     default = profile.load(ROOT / "profiles" / "default.toml")
     assert default.partition.gpu_request() == "4"
     assert default.partition.gpu_request(typed=True) == "a100:4"
+
+
+# --- Rules per partition ------------------------------------------------------------------
+
+#: A cluster whose rules differ by partition: GPU jobs take whole nodes and ask for their
+#: memory, except on gpu, which shares nodes and caps a job's CPUs and memory; single
+#: takes jobs of one node only, and they ask for memory per GPU.
+RULES = GOOD.replace("exclusive = false", "exclusive = true").replace(
+    "ask_memory = false", "ask_memory = true").replace(
+    'description = "the GPU nodes"', 'description = "the GPU nodes"\nexclusive = false\n'
+    'ask_memory = false\nmax_cpus_per_job = 32\nmem_per_node = "250G"') + """
+[[partitions]]
+name = "single"
+gpus_per_node = 4
+cpus_per_gpu = 8
+mem_per_gpu = "60G"
+max_nodes = 1
+mem_option = "mem-per-gpu"
+description = "nodes without a fast network"
+"""
+#: The cluster lines of a job script of one node with every GPU, asking for ``extra``.
+BLOCK = "#>cluster gpus=node tasks=gpu\n#SBATCH --nodes={nodes}\n{extra}#<cluster\nsrun hostname\n"
+
+
+def test_a_partition_takes_whole_nodes_and_asks_for_memory_as_it_says_else_as_the_cluster(
+        tmp_path):
+    rules = profile.load(write(tmp_path, RULES))
+    gpu, single = rules.partitions
+    assert (rules.exclusive, rules.ask_memory) == (True, True)
+    assert (rules.exclusive_on(gpu), rules.ask_memory_on(gpu)) == (False, False)
+    assert (rules.exclusive_on(single), rules.ask_memory_on(single)) == (True, True)
+    shared = profile.render_file(SNIPPETS / "slurm" / "one_node.sbatch", rules, "gpu")
+    assert "--exclusive" not in shared and not re.search(r"^#SBATCH --mem", shared, re.M)
+    whole = profile.render_file(SNIPPETS / "slurm" / "one_node.sbatch", rules, "single")
+    assert ("#SBATCH --time=00:10:00\n#SBATCH --partition=single\n#SBATCH --exclusive\n"
+            "#SBATCH --mem-per-gpu=60G\n#SBATCH --output") in whole  # mem_option
+    assert "--mem=" not in whole
+    per_node = profile.load(write(tmp_path, RULES.replace('mem_option = "mem-per-gpu"\n', "")))
+    text = profile.render_file(SNIPPETS / "slurm" / "one_node.sbatch", per_node, "single")
+    assert "#SBATCH --exclusive\n#SBATCH --mem=240G\n" in text and "--mem-per-gpu" not in text
+
+
+@pytest.mark.parametrize("option", profile.MEM_OPTIONS)
+def test_a_script_that_asks_for_memory_itself_gets_no_second_memory_line(tmp_path, option):
+    """Its own line, recomputed where the profile knows the value, is the only one: the
+    options exclude one another."""
+    rules = profile.load(write(tmp_path, RULES.replace('"mem-per-gpu"', f'"{option}"')))
+    for asked, rendered in (("--mem=8G", "--mem=240G"), ("--mem-per-gpu=8G", "--mem-per-gpu=60G"),
+                            ("--mem-per-cpu=2G", "--mem-per-cpu=2G")):
+        text = profile.render(BLOCK.format(nodes=1, extra=f"#SBATCH {asked}\n"), rules,
+                              partition="single")
+        assert re.findall(r"^#SBATCH --mem\S*", text, re.M) == [f"#SBATCH {rendered}"], text
+
+
+def test_a_job_for_more_nodes_than_a_partition_allows_is_not_rendered_for_it(tmp_path, capsys):
+    path = write(tmp_path, RULES)
+    rules = profile.load(path)
+    script = SNIPPETS / "slurm" / "multi_node.sbatch"
+    assert "#SBATCH --nodes=2" in profile.render_file(script, rules, "gpu")
+    with pytest.raises(profile.TooManyNodes) as error:
+        profile.render_file(script, rules, "single")
+    assert str(error.value) == (f"{script}: asks for 2 nodes, but a job on partition single "
+                                f"may have at most 1")
+    assert (error.value.nodes, error.value.partition) == (2, rules.partitions[1])
+    assert "#SBATCH --partition=single" in profile.render_file(
+        SNIPPETS / "slurm" / "one_node.sbatch", rules, "single")
+    # A range of nodes counts by its largest, as Slurm's limit does (it refuses --nodes=1-2
+    # on a partition of MaxNodes=1).
+    with pytest.raises(profile.TooManyNodes, match="asks for 2 nodes"):
+        profile.render(BLOCK.format(nodes="1-2", extra=""), rules, partition="single")
+    assert [p.name for p in rules.partitions if p.takes(2)] == ["gpu"]
+    assert all(p.takes(1) for p in rules.partitions)
+    # On the command line: the one line, and exit status 1.
+    assert profile.main([str(path), "--render", "slurm/multi_node.sbatch",
+                         "--partition", "single"]) == 1
+    assert capsys.readouterr().err == f"{error.value}\n"
+
+
+def test_the_values_to_confirm_before_publishing_are_listed(tmp_path, capsys):
+    """``--check-docs``: the sources, then the keys [about] names and the values that look
+    like examples; ``--torch``: the environment's release."""
+    path = write(tmp_path, GOOD.replace("setup = []", 'setup = ["module load PyTorch/2.1.2"]\n'
+                                        'torch = "2.1.2"\npackages = ["numpy"]') +
+                 '\n[about]\nsources = ["hpc.uni.de/jobs, read 2026-11-27"]\n'
+                 'unconfirmed = ["cluster.account", "partitions[0].mem_per_gpu"]\n')
+    centre = profile.load(path)
+    assert (centre.torch, centre.packages) == ("2.1.2", ("numpy",))
+    assert centre.placeholders() == [
+        'cluster.account = "myproject": listed in [about] unconfirmed',
+        'partitions[0].mem_per_gpu = "60G": listed in [about] unconfirmed',
+        'cluster.login_host = "login.cluster.example.org": looks like an example']
+    assert profile.main([str(path), "--check-docs"]) == 0
+    assert capsys.readouterr().out == (
+        f"{path}: the example cluster\nSources:\n  hpc.uni.de/jobs, read 2026-11-27\n"
+        f"3 value(s) to confirm on the real system before publishing:\n"
+        + "".join(f"  {line}\n" for line in centre.placeholders()))
+    assert profile.main([str(path), "--torch"]) == 0
+    assert capsys.readouterr().out == "2.1.2\n"
+    plain = write(tmp_path, GOOD.replace("login.cluster.example.org", "login.uni.de"))
+    assert profile.main([str(plain), "--check-docs"]) == 0
+    assert capsys.readouterr().out == (
+        f"{plain}: the example cluster\nSources: none named ([about] sources): say where "
+        f"each fact comes from\nNo placeholders.\n")
+    assert profile.main([str(plain), "--torch"]) == 0
+    assert capsys.readouterr().out == "\n"  # the guide's own release
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -427,11 +599,18 @@ CENTRES = sorted((ROOT / "tests" / "harness" / "centres").glob("*.toml"))
 
 
 def missing_lines(fixture: Path, centre: profile.Profile) -> list[str]:
-    """The documented lines whose counterpart the rendered script lacks."""
+    """The documented lines whose counterpart the rendered script lacks: the fixture's
+    script for the first partition, then each of its ``[[checks]]`` for the partition it
+    names (a profile without that partition renders for its first)."""
     wanted = tomllib.loads(fixture.read_text())
-    text = profile.render_file(SNIPPETS / wanted["script"], centre)
-    return [documented for documented, line in wanted["lines"]
-            if not re.search(rf"(?m)^{line}$", text)]
+    missing = []
+    for check in [wanted, *wanted.get("checks", [])]:
+        part = check.get("partition")
+        part = part if part in {centre.label(p) for p in centre.partitions} else None
+        text = profile.render_file(SNIPPETS / check["script"], centre, part)
+        missing += [documented for documented, line in check["lines"]
+                    if not re.search(rf"(?m)^{line}$", text)]
+    return missing
 
 
 @pytest.mark.parametrize("fixture", CENTRES, ids=lambda p: p.stem)

@@ -4,6 +4,7 @@ import io
 import json
 import re
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,65 @@ def test_a_job_script_is_shown_once_per_partition_of_the_profile(tmp_path):
     assert len(downloads) == 2 and "--partition=gpu2" in downloads[0] + downloads[1]
 
 
+#: A profile whose second partition takes jobs of one node only.
+SINGLE = (ROOT / "profiles" / "two_partitions.toml").read_text().replace(
+    'description = "2 NVIDIA V100', 'max_nodes = 1\ndescription = "2 NVIDIA V100')
+
+
+@pytest.mark.parametrize("partitions", [2, 1])
+def test_a_job_for_more_nodes_than_a_partition_takes_is_a_sentence_in_its_tab(tmp_path,
+                                                                            partitions):
+    """The partition's tab says the job's nodes, the partition's limit and description,
+    and where the job runs; with no partition to run it, it says so, and the script
+    needs no download (it is shown as that sentence)."""
+    written = SINGLE
+    if partitions == 1:  # gpu2 alone
+        second = '[[partitions]]\nname = "gpu2"'
+        written = written[:written.index("[[partitions]]")] + written[written.index(second):]
+    (tmp_path / "centre.toml").write_text(written)
+    conf = (CONF.replace('"snippets"]', '"snippets", "sphinx_design"]')
+            + f"centre = {str(tmp_path / 'centre.toml')!r}\n")
+    job = JOB.replace("--nodes=1", "--nodes=2")
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "jobs"),
+                                     "jobs.md": "# Jobs\n\n```{snippet} ch/job.sbatch\n```\n"},
+                          {"ch/job.sbatch": job}, conf)
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "jobs.html").read_text()))
+    limit = ("job.sbatch needs 2 nodes, but a job on gpu2 (2 NVIDIA V100 per node, for "
+             "smaller jobs and tests) may have at most 1: ")
+    downloads = list(out.glob("_downloads/*/job.sbatch"))
+    if partitions == 2:
+        assert limit + "run it on ml." in text
+        assert text.index("--gpus-per-node=a100:4") < text.index(limit)
+        assert len(downloads) == 1 and "--nodes=2" in downloads[0].read_text()
+    else:
+        assert limit + "no partition of Twin takes a job of 2 nodes." in text
+        assert "#SBATCH" not in text and not downloads
+
+
+def test_your_cluster_says_the_rules_of_each_partition(tmp_path):
+    """Whole nodes, the memory a GPU job asks for and with which option, the most nodes,
+    CPUs and memory of a node a job may have: for each partition that has them."""
+    written = SINGLE.replace('description = "4 NVIDIA A100', 'exclusive = true\n'
+                             'max_cpus_per_job = 28\nmem_per_node = "250000M"\n'
+                             'description = "4 NVIDIA A100').replace(
+        "max_nodes = 1", 'max_nodes = 1\nmem_option = "mem-per-gpu"')
+    (tmp_path / "centre.toml").write_text(written)
+    conf = (CONF.replace('"snippets"]', '"snippets", "centre"]')
+            + f"centre = {str(tmp_path / 'centre.toml')!r}\n")
+    warnings, out = build(tmp_path, {"index.md": INDEX.replace("page", "cluster"),
+                                     "cluster.md": "# Your cluster\n\n```{centre-summary}\n```\n"},
+                          {}, conf)
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    text = unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "cluster.html").read_text())))
+    assert ("On ml, GPU jobs take whole nodes: the job scripts ask --exclusive; every GPU "
+            "job asks for its memory, 62500M per GPU, with --mem (250000M for a whole node); "
+            "a job may have at most 28 CPUs of a node and 250000M of a node\u2019s memory.") in text
+    assert ("On gpu2, every GPU job asks for its memory, 30000M per GPU, with "
+            "--mem-per-gpu; a job may have at most 1 node.") in text
+    assert "Where a partition takes fewer nodes than a script asks for, its tab says so" in text
+
+
 def test_an_excerpt_says_so_and_adds_no_second_download(tmp_path):
     script = "def step():\n    return 1\n\n\ndef main():\n    step()\n"
     page = ("# A page\n\n```{snippet} ch/used.py\n:pyobject: step\n```\n\n"
@@ -271,3 +331,117 @@ def test_an_excerpt_says_so_and_adds_no_second_download(tmp_path):
     assert html.count("reference download internal") == 1
     assert "the caption 'main()' of an excerpt of ch/used.py does not start with used.py" \
         in warnings
+
+
+LOOK = (CONF.replace('"snippets"]', '"snippets", "centre"]')
+        + 'html_theme = "sphinx_book_theme"\nhtml_title = "The guide"\n')
+
+
+def look(tmp_path: Path, profile: str) -> str:
+    """The home page of a small site built for ``profile`` with the guide's theme."""
+    centre = "" if profile == "default" else str(ROOT / "profiles" / f"{profile}.toml")
+    warnings, out = build(tmp_path / profile, {"index.md": "# Home\n\nText.\n"}, {},
+                          LOOK + f"centre = {centre!r}\n")
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    return (out / "index.html").read_text()
+
+
+def links(html: str, kind: str) -> list[tuple[str, str]]:
+    """(url, text) of each link of the page header whose class names ``kind``."""
+    header = html[html.index('class="article-header-buttons"'):]
+    return re.findall(rf'<a href="([^"]+)"[^>]*\b{kind}\b[^>]*>\s*'
+                      rf'<span class="btn__text-container">([^<]+)</span>', header)
+
+
+def test_a_centres_site_has_its_title_logo_and_links_and_the_guides_has_none(tmp_path):
+    """h100.toml's [site] title and logo, and links in the page header: its own
+    link to its user guide (which is also its docs_url, so shown once) and its support
+    page, as buttons on wide screens and in one menu on narrow ones; the default
+    profile's build keeps the guide's title, and has no logo and no link."""
+    html = look(tmp_path, "h100")
+    assert "<title>Home &#8212; Distributed PyTorch on Hopper</title>" in html
+    assert re.search(r'<img src="_static/h100-logo\.svg" class="logo__image', html)
+    assert (tmp_path / "h100" / "out" / "_static" / "h100-logo.svg").is_file()
+    assert '<p class="title logo__title">Distributed PyTorch on Hopper</p>' in html
+    expected = [("https://hpc.example.org/docs", "Hopper user guide"),
+                ("https://hpc.example.org/support", "Support")]
+    assert links(html, "btn-centre-link") == expected
+    assert re.search(r'class="dropdown dropdown-centre-links d-md-none">\s*<button '
+                     r'[^>]*aria-label="Pages of Hopper"', html)
+    assert links(html, "dropdown-item") == expected
+    html = look(tmp_path, "default")
+    assert "<title>Home &#8212; The guide</title>" in html
+    assert "logo__image" not in html and "centre-link" not in html
+    assert "Hopper" not in html
+
+
+SOFTWARE_PAGES = {
+    "index.md": "# Home\n\n```{toctree}\njobs\ncluster\nslurm/environment\n```\n",
+    "slurm/environment.md": "# The software environment\n",
+    "jobs.md": ("# Jobs\n\n```{snippet} ch/train.py\n```\n\n```{snippet} ch/new.py\n```\n\n"
+                "```{snippet} ch/plain.py\n```\n\n```{how-tested}\nRun on two CPUs.\n```\n"),
+    "cluster.md": "# Your cluster\n\n```{centre-summary}\n```\n",
+}
+SOFTWARE_SNIPPETS = {"ch/train.py": "import sklearn\nimport torch\n",
+                     "ch/new.py": 'import torch\n\nNEEDS = "2.10"\n',
+                     "ch/plain.py": "import torch\n"}
+SOFTWARE_PROFILE = """[cluster]
+name = "Testbed"
+login_host = "login.testbed.example.org"
+
+[[partitions]]
+name = "gpu"
+gpus_per_node = 4
+cpus_per_gpu = 8
+mem_per_gpu = "64G"
+
+[environment]
+setup = ["module load pytorch/2.8.0"]
+modules = ["pytorch/2.8.0"]
+torch = "2.8.0"
+packages = ["numpy"]
+"""
+
+
+def software_site(tmp_path: Path, profile: str) -> tuple[str, dict[str, str]]:
+    """Warnings and the text of each page of a small site built for ``profile``."""
+    versions = {"ch/train.py": {"2.10.0": "passed", "2.13.0": "passed"},
+                "ch/new.py": {"2.10.0": "passed"}, "ch/plain.py": {"2.6.0": "passed"}}
+    conf = (CONF.replace('"snippets"]', '"snippets", "centre"]')
+            + f"centre = {profile!r}\n")
+    warnings, out = build(tmp_path, {**SOFTWARE_PAGES, "_data/torch_versions.json":
+                                     records(tmp_path, versions, SOFTWARE_SNIPPETS)},
+                          SOFTWARE_SNIPPETS, conf)
+    return warnings, {name: unescape(re.sub(r"\s+", " ", re.sub(
+        r"<[^>]+>", "", (out / f"{name}.html").read_text()))) for name in ("jobs", "cluster")}
+
+
+def test_a_script_the_centres_environment_cannot_run_has_a_note_and_is_listed(tmp_path):
+    """For a profile whose environment gives PyTorch 2.8.0 with numpy: a note under each
+    script it cannot run (the sentence and the change), none under the script it can;
+    the box names 2.8.0 beside the range; the Your cluster page lists both scripts with a
+    link to their page. The default profile shows none of this."""
+    profile = tmp_path / "testbed.toml"
+    profile.write_text(SOFTWARE_PROFILE)
+    warnings, pages = software_site(tmp_path / "testbed", str(profile))
+    assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
+    jobs = pages["jobs"]
+    assert jobs.count("On Testbed") == 2
+    assert ("train.py imports scikit-learn, which the environment of Testbed does not "
+            "provide. Make a virtual environment on top of the module") in jobs
+    assert ("module load pytorch/2.8.0 python -m venv --system-site-packages .venv "
+            ".venv/bin/pip install scikit-learn") in jobs
+    assert ("new.py needs PyTorch ≥ 2.10; the environment of Testbed gives 2.8.0. Run it in "
+            "a virtual environment with PyTorch 2.10 or newer instead of the module") in jobs
+    assert jobs.index("plain.py¶") > jobs.rindex("On Testbed")  # nothing under plain.py
+    assert "How this page was tested (PyTorch 2.6.0 to 2.13.0, by script; Testbed gives " \
+           "2.8.0)" in jobs
+    assert ("The environment of Testbed gives PyTorch 2.8.0: the tests of plain.py have not "
+            "run with it yet; it cannot run train.py (imports scikit-learn) and new.py "
+            "(needs PyTorch ≥ 2.10) as they are.") in jobs
+    assert ("This environment gives PyTorch 2.8.0, with numpy. It cannot run these 2 scripts of the guide as they are; a note under each, "
+            "on its page, says what to change: train.py (Jobs): imports scikit-learn "
+            "new.py (Jobs): needs PyTorch ≥ 2.10 Where things go") in pages["cluster"]
+    _, pages = software_site(tmp_path / "default", "")
+    assert "On " not in pages["jobs"] and "gives" not in pages["jobs"]
+    assert "cannot run" not in pages["cluster"]

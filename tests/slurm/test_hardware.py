@@ -23,8 +23,10 @@ from tests.slurm.jobs import GPUS, PROFILE, job_end, submit
 
 SCRIPT = "slurm/hardware.sbatch"
 PART = PROFILE.partition
-#: The GRES type of the local cluster's GPUs.
+#: The GRES type of the local cluster's GPUs, and the CPUs of its nodes (the partition's
+#: cores x threads where the profile gives them, else its GPUs' cores).
 LOCAL_TYPE = cluster_shape(PROFILE)["LOCAL_SLURM_GPU_TYPE"]
+NODE_CPUS = int(cluster_shape(PROFILE)["LOCAL_SLURM_CPUS"])
 #: A GPU type and feature that no node of the local cluster has.
 MISSING = "b200"
 
@@ -51,6 +53,14 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
     the node has them), on one node, with as many GPUs as the tests' job has, 8 GB each."""
     cluster.use(monkeypatch)  # node_offers asks the cluster's scontrol
     sbatch_args = as_this_node_offers(cluster, mem_per_gpu=8) if cluster.real else []
+    if not cluster.real and PART.max_cpus_per_job and PART.max_cpus_per_job < NODE_CPUS:
+        # --exclusive asks every CPU of a node, more than the centre lets a job have: the
+        # cluster refuses the script, as the centre would (the profile's notes say so).
+        job = submit(SCRIPT, files=(), check=False, timeout=60)
+        assert job.returncode != 0 and ("sbatch: error: Batch job submission failed: "
+                                        "Requested node configuration is not available"
+                                        in job.text), job.text
+        return
     job = cluster.submit(SCRIPT, files=(), sbatch_args=sbatch_args)
     if not cluster.real:
         check_output(job)
@@ -64,7 +74,7 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
     assert got["TresPerNode"] == f"gres:gpu:{PART.gpu_request(typed=True)}"  # type and count
     assert got["Features"] == (PART.features[-1] if PART.features else "(null)")
     assert got["MemPerTres"] == f"gres:gpu:{PART.mem_per_gpu_mb}"  # MB per GPU
-    node_cpus = GPUS * PART.cpus_per_gpu
+    node_cpus = NODE_CPUS
     assert got["NumCPUs"] == str(node_cpus)  # --exclusive: every core of the node
     assert got["ActiveFeatures"].split(",") == (list(PART.features) or ["(null)"])
     assert got["Gres"] == f"gpu:{LOCAL_TYPE}:{GPUS}"
