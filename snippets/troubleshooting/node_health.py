@@ -20,11 +20,14 @@ import os
 import socket
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 PATTERNS = (0x55555555, -0x55555556)  # 0101... and 1010...: every bit both ways
+# A collective that hangs on a broken node ends with an error after this, not never.
+TIMEOUT = timedelta(minutes=2)
 
 
 def parse_args():
@@ -63,7 +66,7 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])
     if args.cpu:
         device = torch.device("cpu")
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=TIMEOUT)
     else:  # every GPU that Slurm gave this node, and one for each process
         processes = int(os.environ["LOCAL_WORLD_SIZE"])
         wanted = max(int(os.environ.get("SLURM_GPUS_ON_NODE", 0)), processes)
@@ -81,7 +84,7 @@ def main():
             sys.exit(1 if local_rank == 0 else 0)
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
+        dist.init_process_group("nccl", device_id=device, timeout=TIMEOUT)
     problems = []
     size = dist.get_world_size()
     fault = args.simulate_fault_on == node and local_rank == size - 1
