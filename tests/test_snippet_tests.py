@@ -177,6 +177,9 @@ NEEDS_LESS = {
                        "not exit); it has not hung on the releases of its range",
     "ddp/elastic.py": "it restarts and resumes bit for bit on 2.4 too; torchrun 2.4's "
                       "report of the crash, which the test reads, names the other rank",
+    "performance/no_sync.py": "its test hung at exit on 2.4 in one run of six: 2.4's gloo "
+                              "process group joins its threads holding the GIL while one "
+                              "releases the counting hook's Python callback (py-spy)",
     "troubleshooting/crash.py": "it crashes as intended on every release; torchrun's report "
                                 "of the crash, which the test reads, changed in 2.13",
 }
