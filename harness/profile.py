@@ -18,9 +18,12 @@ script marks the places the profile may change:
     requires and the script lacks (``--partition`` when the GPU partition is not the
     default one, ``--account`` when accounts are required, ``--exclusive``, ``--mem``
     unless the script asks for memory per GPU or per CPU) are added at the end of the
-    block. A ``--gpus-per-node`` that names a GPU type keeps naming the partition's type
-    (where it has one), and a ``--gres=gpu:...`` in its comment follows it; a
-    ``--constraint`` asks for the partition's last feature, and goes where it has none.
+    block. Where a job may not have every CPU of a node (``max_cpus_per_job`` below the
+    node's), a comment line that says so stands in place of ``--exclusive``, which would
+    ask for them all. A ``--gpus-per-node`` that names a GPU type keeps naming the
+    partition's type (where it has one), and a ``--gres=gpu:...`` in its comment follows
+    it; a ``--constraint`` asks for the partition's last feature, and goes where it has
+    none.
 ``#>environment`` ... ``#<environment``
     around the lines that set up the software environment (maybe none). A profile
     with ``[environment] setup`` lines replaces them; its network interface and CPU
@@ -111,6 +114,20 @@ class Partition:
     def takes(self, nodes: int) -> bool:
         """Whether a job of ``nodes`` nodes may run here (``max_nodes``)."""
         return not self.max_nodes or nodes <= self.max_nodes
+
+    @property
+    def most_nodes(self) -> str:
+        """``max_nodes`` as the pages say it, ``one node at most`` or ``at most 4 nodes``:
+        true of a limit the centre enforces and of one it advises alike."""
+        return ("one node at most" if self.max_nodes == 1 else
+                f"at most {self.max_nodes} nodes")
+
+    @property
+    def refuses_whole_nodes(self) -> bool:
+        """Whether a job may not have every CPU of a node, as ``--exclusive`` asks: the
+        centre caps a job's CPUs on a node (``max_cpus_per_job``) below the node's
+        (``cores_per_node`` x ``threads_per_core``)."""
+        return 0 < self.max_cpus_per_job < self.cpus_per_node
 
     def gpu_request(self, gpus: int | None = None, typed: bool = False) -> str:
         """The value of ``--gpus-per-node`` for ``gpus`` GPUs (default: the whole node):
@@ -272,9 +289,10 @@ PARTITION_KEYS = {
                      "empty: not checked"),
     "max_cpus_per_job": (int, False, 0, "the most CPUs one job may have on a node, where the "
                          "centre caps it below the node's (e.g. 46 with 8 GPUs); 0: no cap"),
-    "max_nodes": (int, False, 0, "the most nodes one job may have (1: single-node jobs only, "
-                  "e.g. nodes without a fast network; job scripts for several nodes are "
-                  "then not shown for it); 0: no limit"),
+    "max_nodes": (int, False, 0, "the most nodes one job may have, or should use where the "
+                  "centre advises it (1: single-node jobs only, e.g. nodes without a fast "
+                  "network; job scripts for several nodes are then not shown for it); 0: "
+                  "no limit"),
     "exclusive": (bool, False, None, "as `[cluster] exclusive`, for this partition only"),
     "ask_memory": (bool, False, None, "as `[cluster] ask_memory`, for this partition only"),
     "mem_option": (str, False, "mem", 'how jobs that must ask for memory ask for it: `"mem"` '
@@ -494,6 +512,14 @@ def load(path: str | Path | None = None) -> Profile:
                       site_links=tuple(site["links"].items()),
                       sources=tuple(about["sources"]),
                       unconfirmed=tuple(about["unconfirmed"]))
+    for i, part in enumerate(partitions):
+        if profile.exclusive_on(part) and part.refuses_whole_nodes:
+            raise ProfileError(
+                f"{where}: partitions[{i}]: GPU jobs take whole nodes (exclusive = true), "
+                f"but a job may have at most {part.max_cpus_per_job} of a node's "
+                f"{part.cpus_per_node} CPUs (partitions[{i}].max_cpus_per_job): set "
+                f"exclusive = false in partitions[{i}], or check max_cpus_per_job and "
+                f"cores_per_node")
     known = profile.values()
     unknown = [key for key in profile.unconfirmed if key not in known]
     if unknown:
@@ -598,9 +624,9 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partitio
     nodes = max((int(n) for m in map(_SBATCH.match, lines) if m and m[2] == "nodes"
                  for n in re.findall(r"\d+", m[3] or "")), default=1)  # 2, or 1-2
     if not part.takes(nodes):
-        raise TooManyNodes(f"{where}: asks for {nodes} nodes, but a job on partition "
-                           f"{profile.label(part)} may have at most {part.max_nodes}",
-                           nodes=nodes, partition=part)
+        raise TooManyNodes(f"{where}: asks for {nodes} nodes, but jobs on partition "
+                           f"{profile.label(part)} use at most {part.max_nodes} "
+                           f"(max_nodes)", nodes=nodes, partition=part)
     tasks = attrs.get("tasks", "")
     tasks_per_node = gpus if tasks == "gpu" else int(tasks) if tasks.isdigit() else 0
     values = {
@@ -620,6 +646,9 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partitio
         if _HINT.match(line) and not profile.is_default:
             continue
         m = _SBATCH.match(line)
+        if m and m[2] == "exclusive" and part.refuses_whole_nodes:
+            out.append(whole_node_refused(part))
+            continue
         if m:
             seen.add(m[2])
             if m[2] == "constraint":  # a feature: the partition's last, or none to ask
@@ -646,6 +675,13 @@ def _cluster_block(lines: list[str], args: str, profile: Profile, part: Partitio
     out += [f"#SBATCH --{key}" + (f"={value}" if value is not None else "")
             for key, value in wanted if key not in seen]
     return out
+
+
+def whole_node_refused(part: Partition) -> str:
+    """The comment line that stands for a script's ``--exclusive`` on a partition where a
+    job may not have a whole node's CPUs (:attr:`Partition.refuses_whole_nodes`)."""
+    return (f"# No --exclusive here: it would ask for all {part.cpus_per_node} CPUs of a "
+            f"node, and a job may have {part.max_cpus_per_job}")
 
 
 def _gpu_option(line: str, profile: Profile) -> str:

@@ -3,7 +3,8 @@
 A centre profile's ``[environment] torch`` names the release of PyTorch its setup lines
 give (a module, a container), and ``packages`` the other Python packages they give
 (harness/profile.py). Without ``torch`` the job scripts run in the reader's own virtual
-environment, made from requirements.txt: it has everything, and nothing here applies.
+environment, made from requirements.txt (Accelerate and Horovod, which it lacks, come from
+requirements-extras.txt and build_horovod.sh), and nothing here applies.
 
 A script (a Python file, a notebook or a job script, with the files of its folder it
 names: harness.torch_versions.dependencies) that uses PyTorch needs:
@@ -23,7 +24,20 @@ the tests of what cannot run (harness/plugins/claimed.py), and
 
     python -m harness.software [PROFILE]
 
-prints every script the environment cannot run, and why, one line each.
+prints the scripts the environment cannot run, grouped by what stops them, and those
+whose tests have not run on its release.
+
+A missing package goes into a virtual environment made on top of the module or the
+container image with ``--system-site-packages``. That flag shows the new environment the
+packages of the installation its Python was made from; where the module's or the image's
+Python is itself a virtual environment (as /opt/venv of the LUMI AI Factory's images is;
+their PYTHONPATH names it as well, a module's may not), its own packages are not among
+them, so a ``.pth`` file in the new environment names their folders (:data:`SEE_BASE`; tests/harness/test_software.py runs these lines). A
+launcher starts its processes with the Python it runs under (``torchrun``:
+``PYTHON_EXEC``, else ``sys.executable``, torch/distributed/run.py; ``deepspeed`` and
+``accelerate launch``: ``sys.executable``), so the job script runs a launcher that comes
+with the module or the image as ``python -m`` of its module, with the new environment's
+Python.
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ import ast
 import json
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,16 +69,42 @@ SCRIPTS = (".py", ".ipynb", ".sbatch")
 _NEEDS = re.compile(r'^NEEDS = "(\d+\.\d+)"', re.M)
 #: A command at the start of a line, or after srun, exec or bash -c (profile.render's).
 _COMMAND = profiles._LAUNCH
+#: The module each launcher command runs, for ``python -m``.
+LAUNCHERS = {"torchrun": "torch.distributed.run", "deepspeed": "deepspeed.launcher.runner",
+             "accelerate": "accelerate.commands.accelerate_cli"}
+#: The line, run with the module's or the image's Python, that lets ``.venv`` see that
+#: Python's packages where that Python is itself a virtual environment: a ``.pth`` file
+#: in .venv's site-packages that names their folders (site.py adds each to sys.path).
+SEE_BASE = ("python -c \"import site, sysconfig; open(sysconfig.get_path('purelib', "
+            "'posix_prefix', {'base': '.venv'}) + '/base.pth', 'w')"
+            ".write('\\n'.join(site.getsitepackages()))\"")
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Why the environment cannot run a script, and what the reader changes."""
+    """Why the environment cannot run a script, and what the reader changes: ``fix``,
+    then the shell ``lines`` it runs, if any, then the change to the job script once they
+    have run (:meth:`after`)."""
     sentence: str
     fix: str
-    reason: str  # the sentence's cause in a few words: "needs PyTorch ≥ 2.10"
+    reason: str  # the cause in a few words, no brackets: "needs scikit-learn for train.py"
+    kind: str = ""  # the cause, for grouping: "needs scikit-learn", "needs PyTorch ≥ 2.10"
     lines: tuple[str, ...] = ()  # shell lines the fix runs, if any
+    then: str = ""  # the change to the job script: "Then add ...", without a full stop
+    because: str = ""  # why that change, where it is not plain, without a full stop
     page: str = ""  # a page of the guide that says more (a document name)
+
+    def after(self) -> str:
+        """The change to the job script, and why, after the lines."""
+        return f"{self.then}: {self.because}." if self.because else f"{self.then}."
+
+    def again(self, first: str) -> str:
+        """The fix, as a sentence, where the note under ``first``, earlier on the same
+        page, gives the same one: only what differs, the change to the job script."""
+        if not self.lines:
+            return f"Change it as the note under `{first}` says."
+        return (f"With the virtual environment of the note under `{first}`, "
+                f"{re.sub('^Then,? ', '', self.then)}.")
 
 
 def pip_name(module: str) -> str:
@@ -196,6 +237,67 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
+def _programs(snippet: str, root: Path) -> list[str]:
+    """The commands that run PyTorch in a job script (python, torchrun, deepspeed,
+    accelerate), in the order of their first use; for another script, those that may
+    start it: python and torchrun."""
+    if not snippet.endswith(".sbatch"):
+        return ["python", "torchrun"]
+    code = "\n".join("" if line.lstrip().startswith("#") else line
+                     for line in (root / snippet).read_text().split("\n"))
+    return list(dict.fromkeys(m[1].removesuffix("3") for m in _COMMAND.finditer(code)))
+
+
+def _script(snippet: str) -> str:
+    """The job script, for a sentence about a script."""
+    return "the job script" if snippet.endswith(".sbatch") else "the job script that runs it"
+
+
+def _newer(snippet: str, p: profiles.Profile, release: str) -> str:
+    """What to change where the script needs a newer PyTorch than the environment's."""
+    venv = f"a virtual environment with PyTorch {release} or newer"
+    script = _script(snippet)
+    if p.container_image:
+        return (f"Use an image with PyTorch {release} or newer, if {p.name} has one: name "
+                f"it in the `export CONTAINER=` line of {script}. Otherwise use {venv}: in "
+                f"{script}, put `source .venv/bin/activate` in place of the module lines, "
+                f"and start the commands without `{p.container_exec} $CONTAINER`")
+    if p.setup:
+        return (f"Use a module with PyTorch {release} or newer, if {p.name} has one: put "
+                f"its `module load` line in place of the module lines of {script}. "
+                f"Otherwise use {venv}, with `source .venv/bin/activate` in place of the "
+                f"module lines")
+    return f"Run it in {venv}"
+
+
+def _then(snippet: str, p: profiles.Profile, installed: list[str],
+          root: Path) -> tuple[str, str]:
+    """The change to the job script that runs its commands with .venv's Python, a
+    sentence that starts with "Then ", and why, where it changes a launcher.
+    ``installed``: the packages the lines put into .venv, whose commands come with them;
+    a launcher of the module or the image becomes ``python -m`` of its module, run by
+    .venv's Python."""
+    script = _script(snippet)
+    programs = _programs(snippet, root)
+    theirs = [x for x in programs if x in LAUNCHERS and x not in installed]
+    if p.container_image:
+        run = f"{p.container_exec} $CONTAINER"
+        swaps = [(f"{run} {x}", f"{run} .venv/bin/{x}") if x == "python" or x not in theirs
+                 else (f"{run} {x}", f"{run} .venv/bin/python -m {LAUNCHERS[x]}")
+                 for x in programs]
+        text = f"Then, in {script}, write " + _and([f"`{new}` for `{old}`"
+                                                   for old, new in swaps])
+    else:
+        where = "after its module lines" if p.setup else "before its first command"
+        text = f"Then add `source .venv/bin/activate` to {script}, {where}"
+        if theirs:
+            text += ", and write " + _and([f"`python -m {LAUNCHERS[x]}` for `{x}`"
+                                           for x in theirs])
+    because = (f"`{theirs[0]}` starts its processes with the Python it runs under, and the "
+               f"Python of {_gives(p)} does not see `.venv`") if theirs else ""
+    return text, because
+
+
 def problems(snippet: str, p: profiles.Profile, root: Path = SNIPPETS) -> list[Problem]:
     """Why the environment of ``p`` cannot run the script as it is (none without
     ``[environment] torch``, or for a script that does not use PyTorch)."""
@@ -204,36 +306,38 @@ def problems(snippet: str, p: profiles.Profile, root: Path = SNIPPETS) -> list[P
     needed = needs(snippet, root)
     if needed and key(p.torch) < key(needed[0]):
         release, why = needed
-        reason = f"needs PyTorch ≥ {release}{f' ({why})' if why else ''}"
+        kind = f"needs PyTorch ≥ {release}"
+        reason = f"{kind} {why}" if why.startswith("for ") else f"{kind}: {why}" if why else kind
         return [Problem(
-            f"{reason}; the environment of {p.name} gives {p.torch}",
-            f"Run it in a virtual environment with PyTorch {release} or newer instead of "
-            f"{_gives(p)}", reason, page=ENVIRONMENT_PAGE)]
+            f"{kind}{f' ({why})' if why else ''}; the environment of {p.name} gives {p.torch}",
+            _newer(snippet, p, release), reason, kind, page=ENVIRONMENT_PAGE)]
     have = {normal(name) for name in p.packages}
     sources = _sources(snippet, root)
     missing = [name for name in sorted(sources) if normal(name) not in have]
     if not missing:
         return []
     others = sorted({f for name in missing for f in sources[name]} - {Path(snippet).name})
-    reason = (f"needs {_and(missing)} (for {_and(others)})" if others
-              else f"imports {_and(missing)}")
-    sentence = f"{reason}, which the environment of {p.name} does not provide"
+    kind = f"needs {_and(missing)}"
+    if others:
+        sentence, reason = f"{kind} (for {_and(others)})", f"{kind} for {_and(others)}"
+    else:
+        sentence = reason = f"imports {_and(missing)}"
+    sentence += f", which the environment of {p.name} does not provide"
     pip = [name for name in missing if name not in INSTALL]
+    run = f"{p.container_exec} $CONTAINER " if p.container_image else ""
+    lines = [*p.setup]
     if p.container_image:
-        run = f"{p.container_exec} {p.container_image}"
-        lines = ([f"{run} python -m pip install --user {' '.join(pip)}"] if pip else []) + [
-            f"{run} env PIP_USER=1 {INSTALL[name]}"
-            for name in missing if name in INSTALL]
-        return [Problem(sentence, "Install it into your home folder, which the container "
-                        "sees, once, on the login node:", reason, tuple(lines))]
-    lines = [*p.setup, "python -m venv --system-site-packages .venv"]
-    lines += [f".venv/bin/pip install {' '.join(pip)}"] if pip else []
-    lines += [f"PYTHON=.venv/bin/python {INSTALL[name]}" for name in missing if name in INSTALL]
-    return [Problem(sentence, f"Make a virtual environment on top of {_gives(p)}, once, on "
-                    f"the login node, in the folder you submit from; the job script then "
-                    f"activates it with `source .venv/bin/activate` after its "
-                    f"{'module ' if p.setup else ''}lines:", reason, tuple(lines),
-                    page=ENVIRONMENT_PAGE)]
+        lines.append(f"export CONTAINER={p.container_image}")
+    lines += [f"{run}python -m venv --system-site-packages .venv",
+              f"{run}{SEE_BASE}  # .venv sees the packages of {_gives(p)}"]
+    lines += [f"{run}.venv/bin/python -m pip install {' '.join(pip)}"] if pip else []
+    lines += [f"{run}{'env ' if run else ''}PYTHON=.venv/bin/python {INSTALL[name]}"
+              for name in missing if name in INSTALL]
+    fix = (f"Make a virtual environment on top of {_gives(p)} that adds "
+           f"{'it' if len(missing) == 1 else 'them'}, once, on the login node, in the "
+           f"folder you submit from:")
+    return [Problem(sentence, fix, reason, kind, tuple(lines),
+                    *_then(snippet, p, missing, root), ENVIRONMENT_PAGE)]
 
 
 def untested(snippet: str, p: profiles.Profile, releases: dict | None = None,
@@ -267,41 +371,82 @@ def report(p: profiles.Profile, root: Path = SNIPPETS) -> dict[str, list[Problem
 
 
 def reasons(p: profiles.Profile, root: Path = SNIPPETS) -> dict[str, list[str]]:
-    """``{reason: [scripts]}``: the scripts that cannot run, by what stops them, in a few
-    words ("needs PyTorch ≥ 2.10", "needs deepspeed")."""
+    """``{what stops them: [scripts]}`` of the scripts that cannot run, in a few words
+    ("needs PyTorch ≥ 2.10", "needs deepspeed"), most scripts first."""
     grouped: dict[str, list[str]] = {}
     for script, found in report(p, root).items():
-        reason = found[0].reason.split(" (")[0].replace("imports ", "needs ", 1)
-        grouped.setdefault(reason, []).append(script)
-    return grouped
+        grouped.setdefault(found[0].kind, []).append(script)
+    return dict(sorted(grouped.items(), key=lambda item: -len(item[1])))
+
+
+def _count(n: int, what: str = "script") -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _listed(names: list[str], indent: str = "    ") -> list[str]:
+    """Names, comma-separated, in lines of at most 100 characters."""
+    return textwrap.wrap(", ".join(names), 100, initial_indent=indent,
+                         subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _requirements(name: str) -> set[str]:
+    """The pip names (normalised) pinned in a requirements file of the guide's folder."""
+    text = (profiles.ROOT / name).read_text()
+    return {normal(re.split(r"[=<>~!\[; ]", line, maxsplit=1)[0]) for line in text.splitlines()
+            if line.strip() and not line.startswith(("#", "-"))}
+
+
+def _own_environment(root: Path) -> str:
+    """What the reader's own environment, from requirements.txt, lacks of what the
+    scripts that use PyTorch import, and what adds it."""
+    used = {name for s in scripts(root) if uses_torch(s, root) for name in packages(s, root)}
+    pinned = _requirements("requirements.txt")
+    lacking = sorted(name for name in used if normal(name) not in pinned)
+    if not lacking:
+        return "which has every package the scripts import"
+    extras = _requirements("requirements-extras.txt")
+    adds = [f"requirements-extras.txt adds {_and([n for n in lacking if normal(n) in extras])}"
+            ] if any(normal(n) in extras for n in lacking) else []
+    adds += [f"frameworks/{INSTALL[n].split()[-1]} builds {n}" for n in lacking if n in INSTALL]
+    rest = [n for n in lacking if normal(n) not in extras and n not in INSTALL]
+    adds += [f"nothing of the guide adds {_and(rest)}"] if rest else []
+    return (f"which has every package the scripts import but {_and(lacking)} "
+            f"({'; '.join(adds)}; make test-extras installs them here)")
 
 
 def summary(p: profiles.Profile, root: Path = SNIPPETS) -> list[str]:
-    """One line per script the environment cannot run, and one for the scripts not yet
-    tested with its release."""
+    """The scripts the environment cannot run as they are, grouped by what stops them,
+    and the scripts whose tests have not run on its release, with the command that runs
+    them there."""
     where = p.path.resolve()
     where = where.relative_to(profiles.ROOT) if where.is_relative_to(profiles.ROOT) else where
     if not p.torch:
         return [f"{where}: no [environment] torch: the job scripts run in the reader's own "
-                f"virtual environment, from requirements.txt, which has everything"]
-    found = report(p, root)
-    lines = [f"{where}: the environment of {p.name} (PyTorch {p.torch}, "
-             f"{_and(list(p.packages)) if p.packages else 'no other packages'}) cannot run "
-             f"{len(found)} script(s) as they are:" if found else
-             f"{where}: the environment of {p.name} (PyTorch {p.torch}) can run every script"]
-    for script, problem in found.items():
-        lines.append(f"  {script}: {problem[0].sentence}")
+                f"virtual environment, made from requirements.txt, {_own_environment(root)}"]
+    gives = _and([f"PyTorch {p.torch}", *p.packages])
+    grouped = reasons(p, root)
+    stopped = {s for found in grouped.values() for s in found}
+    if not stopped:
+        lines = [f"{where}: the environment of {p.name} gives {gives}; it can run every "
+                 f"script"]
+    else:
+        lines = [f"{where}: the environment of {p.name} gives {gives}; it cannot run "
+                 f"{_count(len(stopped))} as they are (a note under each, on its page, says "
+                 f"what to change):"]
+        for kind, found in grouped.items():
+            lines += [f"  {kind}: {_count(len(found))}", *_listed(found)]
     releases = current(root=root)
-    gaps = [s for s in scripts(root) if s not in found and untested(s, p, releases, root)]
+    gaps = [s for s in scripts(root) if s not in stopped and untested(s, p, releases, root)]
     if gaps:
-        lines.append(f"{len(gaps)} other script(s) not yet tested with PyTorch {p.torch}: "
-                     f"{', '.join(gaps)}")
+        lines += [f"Not yet tested with PyTorch {p.torch}: "
+                  f"{_count(len(gaps), 'more script' if stopped else 'script')}; "
+                  f"make test CENTRE={where} runs their tests on it:", *_listed(gaps)]
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.software [PROFILE]``: every script the profile's environment
-    cannot run as it is, and why, one line each."""
+    """``python -m harness.software [PROFILE]``: the scripts the profile's environment
+    cannot run as they are, by what stops them, and those not yet tested on its release."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or args and args[0].startswith("-"):
         print("usage: python -m harness.software [PROFILE]  (default: $CENTRE, else "

@@ -47,7 +47,7 @@ class CentreSummary(Directive):
         p = centre.load(env.config.centre or None)
         env.note_dependency(str(p.path))
         vendor = "AMD (ROCm)" if p.gpu_vendor == "amd" else "NVIDIA (CUDA)"
-        lines = ["| Partition | GPUs per node | CPU cores per GPU | Memory per GPU | "
+        lines = ["| Partition | GPUs per node | CPUs per GPU | Memory per GPU | "
                  "Ask with | What for |", "| --- | --- | --- | --- | --- | --- |"]
         for part in p.partitions:
             ask = f"`{p.ask_gpus(part.gpu_request())}`"
@@ -79,15 +79,14 @@ class CentreSummary(Directive):
         lines += ["", "## Software", ""]
         if p.setup:
             lines += ["Job scripts set up their software with these lines:", "",
-                      "```bash", *p.setup, "```", "",
-                      "The tests of this guide run these lines against modules of the "
-                      "same names that they generate themselves: that proves the "
-                      "scripts' shape and order, not the centre's own modules."]
+                      "```bash", *p.setup, "```"]
         else:
-            lines += ["Job scripts run in the virtual environment they were submitted "
-                      "from, or activate it themselves ({doc}`environment`)."]
+            lines += ["The job scripts activate the virtual environment `.venv` of the "
+                      "folder they are submitted from, with `source .venv/bin/activate` "
+                      "before their first command ({doc}`environment` shows how to make "
+                      "it)."]
         if p.torch:  # the scripts it cannot run: listed once every page has been read
-            extra = f", with {', '.join(p.packages)}" if p.packages else ""
+            extra = f", with {_and(list(p.packages))}" if p.packages else ""
             lines += ["", f"This environment gives PyTorch {p.torch}{extra}.", "", SOFTWARE_LIST]
             env.centre_summary_docs = getattr(env, "centre_summary_docs", set()) | {env.docname}
         if p.nccl_socket_ifname:
@@ -177,6 +176,41 @@ def _purge(app, env, docname):
     getattr(env, "centre_summary_docs", set()).discard(docname)
 
 
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
+
+
+class CentreTested(Directive):
+    """What the tests prove of the profile's own lines, for the page's how-tested box:
+    its module lines, its container command, and the limits of a partition that the
+    simulated cluster cannot hold it to. Nothing where the profile has none of them."""
+
+    def run(self):
+        env = self.state.document.settings.env
+        p = centre.load(env.config.centre or None)
+        env.note_dependency(str(p.path))
+        said = []
+        if p.modules:
+            said.append("The set-up lines of the job scripts ran against modules of the "
+                        "same names, generated for the tests: that proves the scripts' "
+                        f"shape and order, not the modules of {p.name}.")
+        if p.container_exec:
+            said.append(f"`{p.container_exec.split()[0]}` was replaced by a stand-in that "
+                        "notes what it was asked to run and runs it on the node without a "
+                        "container: that proves every command goes through it, not that "
+                        "the container works.")
+        # a limit on nodes that the simulated cluster (harness/slurm.py) cannot hold
+        loose = [p.label(part) for part in p.partitions if part.max_nodes and any(
+            other.name == part.name and not 0 < other.max_nodes <= part.max_nodes
+            for other in p.partitions)]
+        if loose:
+            said.append(f"The simulated cluster was not given the node limit of "
+                        f"{_and([f'`{x}`' for x in loose])}: Slurm holds a partition to a "
+                        "number of nodes, not one GPU type in it.")
+        return _markdown(self, [" ".join(said)]) if said else []
+
+
 def partition_rules(p: centre.Profile) -> list[str]:
     """The rules of the partitions as sentences: whole nodes, the memory a GPU job asks
     for and how, and the most nodes, CPUs and memory of a node one job may have. A rule
@@ -211,14 +245,19 @@ def _rules_of(p: centre.Profile, part: centre.Partition) -> list[str]:
                   f"`--mem` ({part.mem_for(part.gpus_per_node)} for a whole node)")
         rules.append(f"every GPU job asks for its memory, {part.mem_per_gpu} per GPU, with "
                      f"{option}")
-    limits = [f"{part.max_nodes} node{'s' if part.max_nodes > 1 else ''}"] * bool(part.max_nodes)
+    if part.max_nodes:  # a limit or the centre's advice: the words fit both
+        rules.append(f"jobs use {part.most_nodes}")
+    limits = []
     if part.max_cpus_per_job:
-        limits.append(f"{part.max_cpus_per_job} CPUs of a node")
+        limits.append(f"{part.max_cpus_per_job} of a node's {part.cpus_per_node} CPUs"
+                      if part.cpus_per_node else f"{part.max_cpus_per_job} CPUs of a node")
     if part.mem_per_node:
         limits.append(f"{part.mem_per_node} of a node's memory")
     if limits:
-        listed = " and ".join(filter(None, [", ".join(limits[:-1]), limits[-1]]))
-        rules.append(f"a job may have at most {listed}")
+        rules.append(f"a job may have at most {_and(limits)}")
+    if part.refuses_whole_nodes:
+        rules.append(f"the job scripts do not ask for whole nodes with `--exclusive`, "
+                     f"which would take all {part.cpus_per_node} CPUs of a node")
     return rules
 
 
@@ -283,6 +322,7 @@ def _add_header_links(app, pagename, templatename, context, doctree):
 def setup(app):
     app.add_directive("centre-summary", CentreSummary)
     app.add_directive("centre-keys", CentreKeys)
+    app.add_directive("centre-tested", CentreTested)
     app.add_node(software_list)
     app.add_post_transform(SoftwareList)
     app.connect("env-get-outdated", _outdated)

@@ -222,8 +222,8 @@ class Snippet(LiteralInclude):
         takers = [f"`{centre.label(p)}`" for p in centre.partitions if p.takes(error.nodes)]
         where = (f"run it on {_either(takers)}" if takers else
                  f"no partition of {centre.name} takes a job of {error.nodes} nodes")
-        text = (f"`{Path(path).name}` needs {error.nodes} nodes, but a job on "
-                f"`{centre.label(part)}`{about} may have at most {part.max_nodes}: {where}.")
+        text = (f"`{Path(path).name}` needs {error.nodes} nodes, but jobs on "
+                f"`{centre.label(part)}`{about} use {part.most_nodes}: {where}.")
         node = nodes.container(classes=["snippet-too-many-nodes"])
         node["not_prose"] = True  # it stands for code: not in the page's reading budget
         self.state.nested_parse(StringList([text], "too many nodes"), self.content_offset, node)
@@ -293,14 +293,19 @@ class Snippet(LiteralInclude):
             env.snippets_software = {}
         env.snippets_software.setdefault(env.docname, {})[path] = [p.reason for p in found]
         lines = [f"````{{admonition}} On {centre.name}", ":class: warning", ""]
+        shown = env.temp_data.setdefault("software_notes", {})  # this page's: {fix: script}
         for problem in found:
+            name = Path(path).name
+            first = shown.setdefault((problem.fix, problem.lines), name)
+            if first != name:  # the same fix as a note above: only what differs
+                lines.append(f"`{name}` {problem.sentence}. {problem.again(first)}")
+                continue
             link = f" ({{doc}}`/{problem.page}`)" if problem.page and not problem.lines else ""
-            lines.append(f"`{Path(path).name}` {problem.sentence}. {problem.fix}{link}"
+            lines.append(f"`{name}` {problem.sentence}. {problem.fix}{link}"
                          + ("" if problem.lines else "."))
             if problem.lines:
-                lines += ["", "```bash", *problem.lines, "```"]
-                if problem.page:
-                    lines += ["", f"{{doc}}`/{problem.page}` says more."]
+                more = f" {{doc}}`/{problem.page}` says more." if problem.page else ""
+                lines += ["", "```bash", *problem.lines, "```", "", problem.after() + more]
         lines.append("````")
         node = nodes.container()
         self.state.nested_parse(StringList(lines, "software notes"), self.content_offset, node)
@@ -469,13 +474,16 @@ def gpu_text(env, paths: list[str]) -> str:
     record = json.loads(path.read_text()) if path.is_file() else {}
     ran = {p: record[p] for p in paths if ran_on_gpus(record.get(p))}
     if not ran:
-        return "The scripts on this page have not run on GPUs yet."
+        return ("The script on this page has not run on GPUs yet." if len(paths) == 1 else
+                "The scripts on this page have not run on GPUs yet.")
     runs = {}
     for p, run in ran.items():
         runs.setdefault((run["gpus"], run["torch"], run["date"]), []).append(Path(p).name)
     text = "; ".join(f"{', '.join(names)} on {gpus} with PyTorch {torch} ({date})"
                      for (gpus, torch, date), names in sorted(runs.items()))
-    rest = "" if len(ran) == len(paths) else " The other scripts have not run on GPUs yet."
+    rest = ("" if len(ran) == len(paths) else
+            " The other script has not run on GPUs yet." if len(paths) - len(ran) == 1 else
+            " The other scripts have not run on GPUs yet.")
     return f"Run on GPUs: {text}.{rest}"
 
 

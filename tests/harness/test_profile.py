@@ -153,6 +153,12 @@ def test_the_centre_variable_chooses_the_profile(monkeypatch):
     (lambda t: t.replace("cpus_per_gpu = 8", "cpus_per_gpu = 8\nmax_cpus_per_job = 3"),
      r"but a job may have at most 3 \(partitions\[0\]\.max_cpus_per_job\): that is less "
      r"than one CPU per GPU: check max_cpus_per_job$"),
+    # Whole nodes where a job may not have a whole node's CPUs.
+    (lambda t: t.replace("exclusive = false", "exclusive = true").replace(
+        "cpus_per_gpu = 8", "cpus_per_gpu = 8\ncores_per_node = 48\nmax_cpus_per_job = 46"),
+     r"partitions\[0\]: GPU jobs take whole nodes \(exclusive = true\), but a job may have "
+     r"at most 46 of a node's 48 CPUs \(partitions\[0\]\.max_cpus_per_job\): set exclusive "
+     r"= false in partitions\[0\], or check max_cpus_per_job and cores_per_node$"),
     (lambda t: t.replace('mem_per_gpu = "60G"', 'mem_per_gpu = "60G"\nmem_per_node = "200G"'),
      r"partitions\[0\]\.mem_per_gpu is '60G': 4 GPUs would take 245760 MB, but a job may "
      r"have 204800 MB of a node \(partitions\[0\]\.mem_per_node '200G'\): set mem_per_gpu = "
@@ -300,6 +306,27 @@ def test_the_hardware_script_asks_for_the_partitions_type_and_feature_where_it_h
     assert default.partition.gpu_request(typed=True) == "a100:4"
 
 
+def test_a_script_asks_for_no_whole_node_where_a_job_may_not_have_its_cpus(tmp_path):
+    """ZIH's Alpha Centauri lets a job have 46 of a node's 48 CPUs: the hardware page's
+    ``--exclusive``, which would ask for all 48, gives way to a comment line that says
+    why, and the job asks for the rest as elsewhere. Where the node's CPUs are not given,
+    or the cap is the node's, the line stays."""
+    zih = profile.load(ROOT / "profiles" / "zih-alpha.toml")
+    assert zih.partition.refuses_whole_nodes
+    text = profile.render_file(SNIPPETS / "slurm" / "hardware.sbatch", zih)
+    assert not re.search(r"^#SBATCH --exclusive", text, re.M)
+    assert ("#SBATCH --gres=gpu:8              # or: --gpus-per-node=8\n"
+            "# No --exclusive here: it would ask for all 48 CPUs of a node, and a job may "
+            "have 46\n#SBATCH --mem-per-gpu=123750M ") in text
+    for cap in ("cores_per_node = 32", "cores_per_node = 32\nmax_cpus_per_job = 32",
+                "max_cpus_per_job = 32"):
+        other = profile.load(write(tmp_path, GOOD.replace("cpus_per_gpu = 8",
+                                                          f"cpus_per_gpu = 8\n{cap}")))
+        assert not other.partition.refuses_whole_nodes, cap
+        assert "\n#SBATCH --exclusive " in profile.render_file(
+            SNIPPETS / "slurm" / "hardware.sbatch", other), cap
+
+
 # --- Rules per partition ------------------------------------------------------------------
 
 #: A cluster whose rules differ by partition: GPU jobs take whole nodes and ask for their
@@ -359,8 +386,8 @@ def test_a_job_for_more_nodes_than_a_partition_allows_is_not_rendered_for_it(tmp
     assert "#SBATCH --nodes=2" in profile.render_file(script, rules, "gpu")
     with pytest.raises(profile.TooManyNodes) as error:
         profile.render_file(script, rules, "single")
-    assert str(error.value) == (f"{script}: asks for 2 nodes, but a job on partition single "
-                                f"may have at most 1")
+    assert str(error.value) == (f"{script}: asks for 2 nodes, but jobs on partition single "
+                                f"use at most 1 (max_nodes)")
     assert (error.value.nodes, error.value.partition) == (2, rules.partitions[1])
     assert "#SBATCH --partition=single" in profile.render_file(
         SNIPPETS / "slurm" / "one_node.sbatch", rules, "single")

@@ -148,7 +148,27 @@ def test_each_page_says_which_of_its_scripts_ran_on_gpus(tmp_path):
                               "_data/gpu_runs.json": json.dumps(gpu_runs)}, TORCH_SNIPPETS)
     text = re.sub(r"<[^>]+>|\s+", " ", (out / "torch.html").read_text())
     assert ("Run on GPUs: old.py on 1 × NVIDIA H100 80GB HBM3 with PyTorch 2.11.0+cu130 "
-            "(2026-11-26). The other scripts have not run on GPUs yet.") in text
+            "(2026-11-26). The other script has not run on GPUs yet.") in text  # one: new.py
+
+
+@pytest.mark.parametrize("paths, ran, expected", [
+    (["a.py"], [], "The script on this page has not run on GPUs yet."),
+    (["a.py", "b.py"], [], "The scripts on this page have not run on GPUs yet."),
+    (["a.py", "b.py", "c.py"], ["a.py"], "Run on GPUs: a.py on 1 × H100 with PyTorch 2.11.0 "
+                                         "(2026-11-26). The other scripts have not run on "
+                                         "GPUs yet."),
+])
+def test_the_gpu_sentence_counts_the_scripts_it_names(tmp_path, paths, ran, expected):
+    """One script is "the script", several "the scripts", in the box's sentence on GPU
+    runs as in the one on releases above it."""
+    from types import SimpleNamespace
+    from snippets import gpu_text
+    run = {"date": "2026-11-26", "gpus": "1 × H100", "torch": "2.11.0", "passed": 1,
+           "failed": 0, "skipped": 0}
+    (tmp_path / "gpu_runs.json").write_text(json.dumps({name: run for name in ran}))
+    env = SimpleNamespace(srcdir=str(tmp_path), note_dependency=lambda path: None,
+                          config=SimpleNamespace(snippets_gpu_runs="gpu_runs.json"))
+    assert gpu_text(env, paths) == expected
 
 
 def test_a_snippet_without_tested_releases_fails_the_build(tmp_path):
@@ -282,8 +302,8 @@ def test_a_job_for_more_nodes_than_a_partition_takes_is_a_sentence_in_its_tab(tm
                           {"ch/job.sbatch": job}, conf)
     assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "jobs.html").read_text()))
-    limit = ("job.sbatch needs 2 nodes, but a job on gpu2 (2 NVIDIA V100 per node, for "
-             "smaller jobs and tests) may have at most 1: ")
+    limit = ("job.sbatch needs 2 nodes, but jobs on gpu2 (2 NVIDIA V100 per node, for "
+             "smaller jobs and tests) use one node at most: ")
     downloads = list(out.glob("_downloads/*/job.sbatch"))
     if partitions == 2:
         assert limit + "run it on ml." in text
@@ -313,7 +333,7 @@ def test_your_cluster_says_the_rules_of_each_partition(tmp_path):
             "job asks for its memory, 62500M per GPU, with --mem (250000M for a whole node); "
             "a job may have at most 28 CPUs of a node and 250000M of a node\u2019s memory.") in text
     assert ("On gpu2, every GPU job asks for its memory, 30000M per GPU, with "
-            "--mem-per-gpu; a job may have at most 1 node.") in text
+            "--mem-per-gpu; jobs use one node at most.") in text
     assert "Where a partition takes fewer nodes than a script asks for, its tab says so" in text
 
 
@@ -378,11 +398,13 @@ def test_a_centres_site_has_its_title_logo_and_links_and_the_guides_has_none(tmp
 SOFTWARE_PAGES = {
     "index.md": "# Home\n\n```{toctree}\njobs\ncluster\nslurm/environment\n```\n",
     "slurm/environment.md": "# The software environment\n",
-    "jobs.md": ("# Jobs\n\n```{snippet} ch/train.py\n```\n\n```{snippet} ch/new.py\n```\n\n"
-                "```{snippet} ch/plain.py\n```\n\n```{how-tested}\nRun on two CPUs.\n```\n"),
+    "jobs.md": ("# Jobs\n\n```{snippet} ch/train.py\n```\n\n```{snippet} ch/uses.py\n```\n\n"
+                "```{snippet} ch/new.py\n```\n\n```{snippet} ch/plain.py\n```\n\n"
+                "```{how-tested}\nRun on two CPUs.\n```\n"),
     "cluster.md": "# Your cluster\n\n```{centre-summary}\n```\n",
 }
 SOFTWARE_SNIPPETS = {"ch/train.py": "import sklearn\nimport torch\n",
+                     "ch/uses.py": "import torch\n\nimport train\n",  # train.py's sklearn
                      "ch/new.py": 'import torch\n\nNEEDS = "2.10"\n',
                      "ch/plain.py": "import torch\n"}
 SOFTWARE_PROFILE = """[cluster]
@@ -406,6 +428,7 @@ packages = ["numpy"]
 def software_site(tmp_path: Path, profile: str) -> tuple[str, dict[str, str]]:
     """Warnings and the text of each page of a small site built for ``profile``."""
     versions = {"ch/train.py": {"2.10.0": "passed", "2.13.0": "passed"},
+                "ch/uses.py": {"2.10.0": "passed", "2.13.0": "passed"},
                 "ch/new.py": {"2.10.0": "passed"}, "ch/plain.py": {"2.6.0": "passed"}}
     conf = (CONF.replace('"snippets"]', '"snippets", "centre"]')
             + f"centre = {profile!r}\n")
@@ -418,29 +441,45 @@ def software_site(tmp_path: Path, profile: str) -> tuple[str, dict[str, str]]:
 
 def test_a_script_the_centres_environment_cannot_run_has_a_note_and_is_listed(tmp_path):
     """For a profile whose environment gives PyTorch 2.8.0 with numpy: a note under each
-    script it cannot run (the sentence and the change), none under the script it can;
-    the box names 2.8.0 beside the range; the Your cluster page lists both scripts with a
-    link to their page. The default profile shows none of this."""
+    script it cannot run (the sentence and the change), none under the script it can; a
+    script that needs what a note above on the page adds says only what differs; the box
+    names 2.8.0 beside the range and why each script cannot run, without brackets in
+    brackets; the Your cluster page lists the scripts with a link to their page. The
+    default profile shows none of this."""
     profile = tmp_path / "testbed.toml"
     profile.write_text(SOFTWARE_PROFILE)
     warnings, pages = software_site(tmp_path / "testbed", str(profile))
     assert not [w for w in warnings.splitlines() if "already registered" not in w], warnings
     jobs = pages["jobs"]
-    assert jobs.count("On Testbed") == 2
+    assert jobs.count("On Testbed") == 3
     assert ("train.py imports scikit-learn, which the environment of Testbed does not "
-            "provide. Make a virtual environment on top of the module") in jobs
-    assert ("module load pytorch/2.8.0 python -m venv --system-site-packages .venv "
-            ".venv/bin/pip install scikit-learn") in jobs
-    assert ("new.py needs PyTorch ≥ 2.10; the environment of Testbed gives 2.8.0. Run it in "
-            "a virtual environment with PyTorch 2.10 or newer instead of the module") in jobs
+            "provide. Make a virtual environment on top of the module that adds it") in jobs
+    assert ("module load pytorch/2.8.0 python -m venv --system-site-packages .venv python -c "
+            "\"import site, sysconfig;") in jobs
+    assert (".venv/bin/python -m pip install scikit-learn Then add source .venv/bin/activate "
+            "to the job script that runs it, after its module lines, and write python -m "
+            "torch.distributed.run for torchrun: torchrun starts its processes with the "
+            "Python it runs under, and the Python of the module does not see .venv. The "
+            "software environment says more.") in jobs
+    assert ("uses.py needs scikit-learn (for train.py), which the environment of Testbed "
+            "does not provide. With the virtual environment of the note under train.py, add "
+            "source .venv/bin/activate to the job script that runs it, after its module "
+            "lines, and write python -m torch.distributed.run for torchrun. new.py") in jobs
+    assert jobs.count("pip install scikit-learn") == 1
+    assert ("new.py needs PyTorch ≥ 2.10; the environment of Testbed gives 2.8.0. Use a "
+            "module with PyTorch 2.10 or newer, if Testbed has one: put its module load line "
+            "in place of the module lines of the job script that runs it. Otherwise use a "
+            "virtual environment with PyTorch 2.10 or newer, with source .venv/bin/activate "
+            "in place of the module lines (The software environment).") in jobs
     assert jobs.index("plain.py¶") > jobs.rindex("On Testbed")  # nothing under plain.py
     assert "How this page was tested (PyTorch 2.6.0 to 2.13.0, by script; Testbed gives " \
            "2.8.0)" in jobs
     assert ("The environment of Testbed gives PyTorch 2.8.0: the tests of plain.py have not "
-            "run with it yet; it cannot run train.py (imports scikit-learn) and new.py "
-            "(needs PyTorch ≥ 2.10) as they are.") in jobs
-    assert ("This environment gives PyTorch 2.8.0, with numpy. It cannot run these 2 scripts of the guide as they are; a note under each, "
+            "run with it yet; it cannot run train.py (imports scikit-learn), uses.py (needs "
+            "scikit-learn for train.py) and new.py (needs PyTorch ≥ 2.10) as they are.") in jobs
+    assert ("This environment gives PyTorch 2.8.0, with numpy. It cannot run these 3 scripts of the guide as they are; a note under each, "
             "on its page, says what to change: train.py (Jobs): imports scikit-learn "
+            "uses.py (Jobs): needs scikit-learn for train.py "
             "new.py (Jobs): needs PyTorch ≥ 2.10 Where things go") in pages["cluster"]
     _, pages = software_site(tmp_path / "default", "")
     assert "On " not in pages["jobs"] and "gives" not in pages["jobs"]

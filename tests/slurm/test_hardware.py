@@ -1,5 +1,5 @@
 """snippets/slurm/hardware.sbatch, shown on docs/slurm/hardware.md: a GPU type, a node
-feature, the whole node and host memory per GPU.
+feature, the whole node (where a job may have all its CPUs) and host memory per GPU.
 
 The local cluster's nodes have the GPU type and the features of the centre profile's
 partition (tools/local-slurm/start; the default's: a100, and a100 and ib), so the script
@@ -48,19 +48,14 @@ def seen(stdout: str) -> tuple[str, int, str, int, str]:
 def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_for(
         cluster, monkeypatch):
     """The default profile: 4 a100 GPUs on a whole ib node, 60 GB per GPU (the page's
-    output); another profile: its type (if any), last feature (if any) and memory per GPU. On a GPU
-    cluster, the script with that cluster's GPU type and one of its node's features (when
-    the node has them), on one node, with as many GPUs as the tests' job has, 8 GB each."""
+    output); another profile: its type (if any), last feature (if any) and memory per GPU,
+    on a whole node where a job may have all its CPUs; where it may not (ZIH's 46 of 48),
+    the script shown has no ``--exclusive``, and the job, accepted, gets one CPU per task.
+    On a GPU cluster, the script with that cluster's GPU type and one of its node's
+    features (when the node has them), on one node, with as many GPUs as the tests' job
+    has, 8 GB each."""
     cluster.use(monkeypatch)  # node_offers asks the cluster's scontrol
     sbatch_args = as_this_node_offers(cluster, mem_per_gpu=8) if cluster.real else []
-    if not cluster.real and PART.max_cpus_per_job and PART.max_cpus_per_job < NODE_CPUS:
-        # --exclusive asks every CPU of a node, more than the centre lets a job have: the
-        # cluster refuses the script, as the centre would (the profile's notes say so).
-        job = submit(SCRIPT, files=(), check=False, timeout=60)
-        assert job.returncode != 0 and ("sbatch: error: Batch job submission failed: "
-                                        "Requested node configuration is not available"
-                                        in job.text), job.text
-        return
     job = cluster.submit(SCRIPT, files=(), sbatch_args=sbatch_args)
     if not cluster.real:
         check_output(job)
@@ -74,8 +69,9 @@ def test_the_job_gets_every_gpu_of_a_whole_node_of_the_type_and_feature_asked_fo
     assert got["TresPerNode"] == f"gres:gpu:{PART.gpu_request(typed=True)}"  # type and count
     assert got["Features"] == (PART.features[-1] if PART.features else "(null)")
     assert got["MemPerTres"] == f"gres:gpu:{PART.mem_per_gpu_mb}"  # MB per GPU
-    node_cpus = NODE_CPUS
-    assert got["NumCPUs"] == str(node_cpus)  # --exclusive: every core of the node
+    # --exclusive: every core of the node; without it, one CPU for each task
+    node_cpus = GPUS if PART.refuses_whole_nodes else NODE_CPUS
+    assert got["NumCPUs"] == str(node_cpus)
     assert got["ActiveFeatures"].split(",") == (list(PART.features) or ["(null)"])
     assert got["Gres"] == f"gpu:{LOCAL_TYPE}:{GPUS}"
     assert node in ("node1", "node2")
