@@ -129,8 +129,9 @@ ABOVE = [
     ("cpus", "slurm/one_node.sbatch", "gpu", "#SBATCH --cpus-per-task=8",
      "#SBATCH --cpus-per-task=9",  # 36 of the node's 36 CPUs, above the cap of 34
      "Requested node configuration is not available"),
-    ("whole-node", "slurm/hardware.sbatch", "gpu", "#SBATCH --exclusive", None,  # as it is
-     "Requested node configuration is not available"),
+    ("whole-node", "slurm/hardware.sbatch", "gpu",  # the line the profile leaves out
+     "# No --exclusive here: it would ask for all 36 CPUs of a node, and a job may have 34",
+     "#SBATCH --exclusive", "Requested node configuration is not available"),
     ("node-memory", "slurm/one_node.sbatch", "gpu", "#SBATCH --mem=240G", "#SBATCH --mem=251G",
      "Memory required by task is not available"),
     ("partition-memory", "slurm/one_node.sbatch", "single", "#SBATCH --time=00:10:00",
