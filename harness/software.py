@@ -264,9 +264,9 @@ def _newer(snippet: str, p: profiles.Profile, release: str) -> str:
                 f"and start the commands without `{p.container_exec} $CONTAINER`")
     if p.setup:
         return (f"Use a module with PyTorch {release} or newer, if {p.name} has one: put "
-                f"its `module load` line in place of the module lines of {script}. "
-                f"Otherwise use {venv}, with `source .venv/bin/activate` in place of the "
-                f"module lines")
+                f"its `module load` lines in place of those of {script}. Otherwise use "
+                f"{venv}: in place of the module lines, load only the modules it was made "
+                f"with (not a PyTorch module), then `source .venv/bin/activate`")
     return f"Run it in {venv}"
 
 
@@ -293,8 +293,9 @@ def _then(snippet: str, p: profiles.Profile, installed: list[str],
         if theirs:
             text += ", and write " + _and([f"`python -m {LAUNCHERS[x]}` for `{x}`"
                                            for x in theirs])
-    because = (f"`{theirs[0]}` starts its processes with the Python it runs under, and the "
-               f"Python of {_gives(p)} does not see `.venv`") if theirs else ""
+    because = (f"`{theirs[0]}` starts its processes with the Python it runs under, which "
+               f"may be the Python of {_gives(p)}, and that one does not see `.venv`"
+               ) if theirs else ""
     return text, because
 
 
@@ -329,7 +330,7 @@ def problems(snippet: str, p: profiles.Profile, root: Path = SNIPPETS) -> list[P
     if p.container_image:
         lines.append(f"export CONTAINER={p.container_image}")
     lines += [f"{run}python -m venv --system-site-packages .venv",
-              f"{run}{SEE_BASE}  # .venv sees the packages of {_gives(p)}"]
+              f"{run}{SEE_BASE}  # where the Python of {_gives(p)} is a virtual environment"]
     lines += [f"{run}.venv/bin/python -m pip install {' '.join(pip)}"] if pip else []
     lines += [f"{run}{'env ' if run else ''}PYTHON=.venv/bin/python {INSTALL[name]}"
               for name in missing if name in INSTALL]

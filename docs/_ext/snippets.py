@@ -368,6 +368,13 @@ def page_range(app, doctree):
         box += releases(ranges)
         box += nodes.paragraph("", gpu_text(app.env, sorted(ranges)))
         centre = _centre(app.env)
+        if not centre.is_default and any(path.endswith(".sbatch") for path in ranges):
+            from harness import profile as profiles
+            example = profiles.load(profiles.DEFAULT)
+            box += nodes.paragraph("", (
+                f"The job scripts on this page are shown for {centre.name}; the outputs "
+                f"come from the same scripts for the guide's example cluster, with "
+                f"{example.gpus_per_node} GPUs per node."))
         if centre.torch:  # the release the centre's environment gives, beside the range
             box["summary"] = (f"How this page was tested ({_page_range(ranges)}; "
                               f"{centre.name} gives {centre.torch})")

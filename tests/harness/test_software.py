@@ -104,9 +104,9 @@ def test_a_release_older_than_the_script_needs_is_one_sentence_and_its_fix(tmp_p
                                 "Testbed gives 2.1.2")
     assert problem.fix == (
         "Use a module with PyTorch 2.8 or newer, if Testbed has one: put its `module load` "
-        "line in place of the module lines of the job script. Otherwise use a virtual "
-        "environment with PyTorch 2.8 or newer, with `source .venv/bin/activate` in place "
-        "of the module lines")
+        "lines in place of those of the job script. Otherwise use a virtual environment "
+        "with PyTorch 2.8 or newer: in place of the module lines, load only the modules it "
+        "was made with (not a PyTorch module), then `source .venv/bin/activate`")
     assert (problem.reason, problem.kind) == ("needs PyTorch ≥ 2.8 for train.py",
                                               "needs PyTorch ≥ 2.8")
     assert problem.page == "slurm/environment" and problem.lines == ()
@@ -138,7 +138,7 @@ def test_a_missing_package_is_one_sentence_and_the_lines_that_add_it(tmp_path):
                                               "needs scikit-learn")
     assert problem.lines == ("module purge", "module load pytorch/2.1.2",
                              "python -m venv --system-site-packages .venv",
-                             f"{software.SEE_BASE}  # .venv sees the packages of the module",
+                             f"{software.SEE_BASE}  # where the Python of the module is a virtual environment",
                              ".venv/bin/python -m pip install scikit-learn")
     assert problem.after() == "Then add `source .venv/bin/activate` to the job script, after " \
                               "its module lines."  # it runs python only
@@ -147,8 +147,8 @@ def test_a_missing_package_is_one_sentence_and_the_lines_that_add_it(tmp_path):
     assert own.after() == (
         "Then add `source .venv/bin/activate` to the job script that runs it, after its "
         "module lines, and write `python -m torch.distributed.run` for `torchrun`: "
-        "`torchrun` starts its processes with the Python it runs under, and the Python of "
-        "the module does not see `.venv`.")
+        "`torchrun` starts its processes with the Python it runs under, which may be the "
+        "Python of the module, and that one does not see `.venv`.")
     assert own.again("job.sbatch") == (
         "With the virtual environment of the note under `job.sbatch`, add `source "
         ".venv/bin/activate` to the job script that runs it, after its module lines, and "
@@ -178,7 +178,8 @@ def test_in_a_container_the_package_goes_into_a_virtual_environment_it_runs(tmp_
     assert problem.lines == (
         "module purge", "module load pytorch/2.1.2", "export CONTAINER=/images/torch.sif",
         f"{run} python -m venv --system-site-packages .venv",
-        f"{run} {software.SEE_BASE}  # .venv sees the packages of the container image",
+        f"{run} {software.SEE_BASE}  # where the Python of the container image is a virtual "
+        f"environment",
         f"{run} .venv/bin/python -m pip install scikit-learn")
     assert problem.then == (f"Then, in the job script that runs it, write `{run} "
                             f".venv/bin/python` for `{run} python` and `{run} .venv/bin/python "

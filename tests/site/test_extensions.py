@@ -459,7 +459,8 @@ def test_a_script_the_centres_environment_cannot_run_has_a_note_and_is_listed(tm
     assert (".venv/bin/python -m pip install scikit-learn Then add source .venv/bin/activate "
             "to the job script that runs it, after its module lines, and write python -m "
             "torch.distributed.run for torchrun: torchrun starts its processes with the "
-            "Python it runs under, and the Python of the module does not see .venv. The "
+            "Python it runs under, which may be the Python of the module, and that one does "
+            "not see .venv. The "
             "software environment says more.") in jobs
     assert ("uses.py needs scikit-learn (for train.py), which the environment of Testbed "
             "does not provide. With the virtual environment of the note under train.py, add "
@@ -467,10 +468,11 @@ def test_a_script_the_centres_environment_cannot_run_has_a_note_and_is_listed(tm
             "lines, and write python -m torch.distributed.run for torchrun. new.py") in jobs
     assert jobs.count("pip install scikit-learn") == 1
     assert ("new.py needs PyTorch ≥ 2.10; the environment of Testbed gives 2.8.0. Use a "
-            "module with PyTorch 2.10 or newer, if Testbed has one: put its module load line "
-            "in place of the module lines of the job script that runs it. Otherwise use a "
-            "virtual environment with PyTorch 2.10 or newer, with source .venv/bin/activate "
-            "in place of the module lines (The software environment).") in jobs
+            "module with PyTorch 2.10 or newer, if Testbed has one: put its module load lines "
+            "in place of those of the job script that runs it. Otherwise use a virtual "
+            "environment with PyTorch 2.10 or newer: in place of the module lines, load only "
+            "the modules it was made with (not a PyTorch module), then source "
+            ".venv/bin/activate (The software environment).") in jobs
     assert jobs.index("plain.py¶") > jobs.rindex("On Testbed")  # nothing under plain.py
     assert "How this page was tested (PyTorch 2.6.0 to 2.13.0, by script; Testbed gives " \
            "2.8.0)" in jobs
