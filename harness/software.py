@@ -66,7 +66,8 @@ KEYWORDS = {("init_process_group", "device_id"): "2.3"}
 ENVIRONMENT_PAGE = "slurm/environment"
 #: The files of a script that can run: what the pages call scripts.
 SCRIPTS = (".py", ".ipynb", ".sbatch")
-_NEEDS = re.compile(r'^NEEDS = "(\d+\.\d+)"', re.M)
+#: A script's ``NEEDS = "2.8"`` line (tests/test_snippet_tests.py checks its guard).
+NEEDS = re.compile(r'^NEEDS = "(\d+\.\d+)"', re.M)
 #: A command at the start of a line, or after srun, exec or bash -c (profile.render's).
 _COMMAND = profiles._LAUNCH
 #: The module each launcher command runs, for ``python -m``.
@@ -191,7 +192,7 @@ def needs(snippet: str, root: Path = SNIPPETS) -> tuple[str, str] | None:
     found = []
     for file in _files(snippet, root):
         own = file == root / snippet
-        for release in _NEEDS.findall(_code(file)):
+        for release in NEEDS.findall(_code(file)):
             found.append((release, "" if own else f"for {file.name}"))
         tree = _tree(file) if file.suffix in (".py", ".ipynb") else None
         for node in ast.walk(tree) if tree is not None else ():

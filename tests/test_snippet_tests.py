@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import torch_versions
+from harness import software, torch_versions
 from harness.launch import ROOT, SNIPPETS
 from harness.mirror import mirror_test, snippet_files
 
@@ -153,15 +153,12 @@ def test_every_script_that_runs_as_one_process_has_a_one_gpu_case():
     assert not missing, "\n".join(missing)
 
 
-#: The first lines of a script that needs a newer PyTorch than some readers have:
-#: NEEDS = "2.8", then a check that stops the script with one line on an older release.
-GUARD = re.compile(r'^NEEDS = "(\d+\.\d+)"', re.M)
-
-
 def guards() -> dict[str, str]:
-    """{snippet: the release its guard asks for} for every Python snippet with a guard."""
+    """{snippet: the release its guard asks for} for every Python snippet with a guard:
+    its first lines say NEEDS = "2.8" (harness.software.NEEDS finds it), then a check
+    stops the script with one line on an older release."""
     return {p.relative_to(SNIPPETS).as_posix(): m[1] for p in snippet_files()
-            if p.suffix == ".py" and (m := GUARD.search(p.read_text()))}
+            if p.suffix == ".py" and (m := software.NEEDS.search(p.read_text()))}
 
 
 #: Scripts whose range starts later than the release they need, and why.

@@ -48,11 +48,14 @@ def _centre(config) -> profile.Profile | None:
     return config._centre_on_its_release
 
 
-def not_run(centre: profile.Profile) -> list[str]:
+def _not_run(config, centre: profile.Profile) -> list[str]:
     """"not run: needs PyTorch ≥ 2.10 (model_parallel/hybrid_2d.py, ...)", a line for each
-    reason the environment cannot run scripts."""
-    return [f"not run: {reason} ({', '.join(scripts)})"
-            for reason, scripts in software.reasons(centre).items()]
+    reason the environment cannot run scripts, worked out once for the header and the
+    summary."""
+    if not hasattr(config, "_centre_not_run"):
+        config._centre_not_run = [f"not run: {reason} ({', '.join(scripts)})"
+                                  for reason, scripts in software.reasons(centre).items()]
+    return config._centre_not_run
 
 
 def pytest_report_header(config):
@@ -61,7 +64,7 @@ def pytest_report_header(config):
         return None
     return [f"centre {centre.path.name}: PyTorch {torch_versions.torch_release()} is the "
             f"release of its environment; only the tests of the snippets that environment "
-            f"can run, and those marked older_torch", *not_run(centre)]
+            f"can run, and those marked older_torch", *_not_run(config, centre)]
 
 
 @pytest.hookimpl(tryfirst=True)  # select before the others order or mark
@@ -95,7 +98,7 @@ def _snippets(item) -> list[str]:
 def pytest_terminal_summary(terminalreporter, config):
     centre = _centre(config)
     if centre is not None and not hasattr(config, "workerinput"):
-        lines = not_run(centre)
+        lines = _not_run(config, centre)
         if lines:
             terminalreporter.section(f"not run in the environment of {centre.name}")
             for line in lines:
